@@ -1,0 +1,150 @@
+"""The backend contract: how kernel source becomes something the sandbox can launch.
+
+A backend has two halves, because CUDA errors are sticky and a bad kernel can kill its process:
+
+* the **compiler half** runs in the GA process, in a thread pool (``compile`` is called from many
+  threads at once and must be thread-safe). It turns a :class:`KernelSource` into a picklable
+  :class:`Artifact` (a file in the cache, or bytes) and raises :class:`CompileError` with the
+  compiler's log on failure. Artifacts are cached by :func:`source_hash`.
+* the **runtime half** (:class:`Runtime`) lives only inside the sandboxed evaluator process: it
+  owns the device context, loads artifacts, synchronises and times launches.
+
+Every module here must import on a machine without a GPU; GPU packages are imported inside
+functions, and ``availability()`` says why a backend cannot run here.
+"""
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+
+class CompileError(Exception):
+    """The kernel did not compile; ``str(err)`` is the compiler's log (trimmed)."""
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot run on this machine (no GPU, missing package...)."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the evaluator and the dashboard need to know about a target device."""
+
+    backend: str
+    index: int
+    name: str
+    memory_bytes: int
+    multiprocessors: int  # SMs on a GPU, cores on a CPU
+    shared_mem_per_block: int = 0  # bytes a block may use (opt-in maximum on a GPU); 0 on a CPU
+    registers_per_block: int = 0
+    registers_per_thread: int = 0
+    max_threads_per_block: int = 0
+    l2_bytes: int = 0
+    arch: str = ""  # "sm_90", "x86_64"...
+    versions: dict = field(default_factory=dict)  # driver, toolkit, package versions
+
+    def label(self) -> str:
+        return f"{self.backend}:{self.index} {self.name}"
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """Rendered kernel code plus everything needed to compile and launch it.
+
+    ``resources`` is the template's static estimate (``shared_bytes``, ``threads``,
+    ``registers_per_thread`` ...) checked against the device before compiling.
+    ``launch`` holds template-level launch parameters (block shape, tile sizes) the harness needs.
+    """
+
+    backend: str
+    source: str
+    entry: str
+    flags: tuple[str, ...] = ()
+    launch: dict = field(default_factory=dict)
+    resources: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A compiled kernel, picklable so it can cross into the sandbox process."""
+
+    backend: str
+    source_hash: str
+    entry: str
+    path: str | None = None  # shared object, cubin... in the compile cache
+    payload: bytes | None = None
+    launch: dict = field(default_factory=dict)
+    resources: dict = field(default_factory=dict)  # measured: registers, shared_bytes, spill_bytes
+    compile_seconds: float = 0.0
+    log: str = ""
+
+
+def source_hash(kernel: KernelSource, arch: str = "", toolkit: str = "") -> str:
+    """Cache key: the source and everything else that changes the binary."""
+    h = hashlib.sha256()
+    for part in (kernel.backend, kernel.source, kernel.entry, " ".join(kernel.flags), arch, toolkit):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+class Runtime(ABC):
+    """The sandbox-side half of a backend: one instance per evaluator process."""
+
+    @abstractmethod
+    def load(self, artifact: Artifact) -> Any:
+        """Load a compiled artifact and return a launchable kernel object."""
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Wait for all launched work to finish and raise if it failed."""
+
+    @abstractmethod
+    def time(self, fn: Callable[[int], None], reps: int, warmup: int) -> list[float]:
+        """Run ``fn(i)`` ``warmup`` times, then time ``reps`` calls; return each call's seconds.
+
+        GPU runtimes time with device events; ``fn(i)`` lets the caller rotate inputs.
+        """
+
+    def flush_cache(self) -> None:
+        """Evict the last-level cache between timed launches where inputs do not rotate."""
+
+
+class Backend(ABC):
+    """One code generator target: ``c``, ``cuda`` or ``triton``."""
+
+    name: ClassVar[str]
+    language: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def availability(cls) -> str | None:
+        """None when this backend can run here, else a one-line reason."""
+
+    @classmethod
+    @abstractmethod
+    def devices(cls) -> list[DeviceInfo]:
+        """Every device this backend can target on this machine (empty when unavailable)."""
+
+    def __init__(self, device_index: int = 0):
+        reason = self.availability()
+        if reason:
+            raise BackendUnavailable(f"backend {self.name!r} unavailable: {reason}")
+        devices = self.devices()
+        if not 0 <= device_index < len(devices):
+            raise BackendUnavailable(f"backend {self.name!r} has no device {device_index} ({len(devices)} found)")
+        self.device: DeviceInfo = devices[device_index]
+
+    @abstractmethod
+    def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
+        """Compile (thread-safe; cached in ``cache_dir`` by :func:`source_hash`)."""
+
+    @abstractmethod
+    def make_runtime(self) -> Runtime:
+        """Create the runtime half. Called only inside the sandbox process."""
+
+    def cache_key(self, kernel: KernelSource) -> str:
+        return source_hash(kernel, self.device.arch, self.device.versions.get("toolkit", ""))

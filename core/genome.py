@@ -1,0 +1,382 @@
+"""Genomes: immutable, hashable, JSON round-trippable descriptions of a kernel.
+
+A genome holds the seed's four gene groups (``GROUPS``). Each group is a mapping of gene name to
+value; what values are legal is decided by the workload's :class:`GeneSpace`, built from three gene
+kinds:
+
+* :class:`ChoiceGene` -- one value out of a list (tile sizes, vector widths, thread counts);
+* :class:`MapGene` -- a map of role -> option (the seed's register map, ``{"acc": "registers"}``),
+  crossed over uniformly key by key;
+* :class:`SequenceGene` -- an ordered list of instruction tokens (``LDG -> FFMA -> STG -> SYNC``),
+  each required token once, optional tokens at most once, with "must come before" constraints;
+  crossed over at one point.
+
+Workloads render a genome to kernel source; every gene changes that source.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping, Union
+
+GROUPS: tuple[str, ...] = ("parallel_config", "memory_pattern", "register_allocation", "instruction_sequence")
+
+GeneValue = Union[str, int, tuple, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class ChoiceGene:
+    """One value out of ``options``."""
+
+    name: str
+    options: tuple
+    doc: str = ""
+
+    def random(self, rng: random.Random) -> Any:
+        return rng.choice(self.options)
+
+    def validate(self, value: Any) -> str | None:
+        return None if value in self.options else f"{self.name}={value!r} not in {list(self.options)}"
+
+    def mutate(self, value: Any, rng: random.Random) -> Any:
+        others = [o for o in self.options if o != value]
+        if not others:
+            return value
+        # Ordered numeric options: prefer a neighbour, so mutation is a local step most of the time.
+        if all(isinstance(o, (int, float)) for o in self.options) and value in self.options and rng.random() < 0.7:
+            idx = self.options.index(value)
+            near = [self.options[i] for i in (idx - 1, idx + 1) if 0 <= i < len(self.options)]
+            return rng.choice(near)
+        return rng.choice(others)
+
+    def to_json(self, value: Any) -> Any:
+        return value
+
+    def from_json(self, raw: Any) -> Any:
+        return raw
+
+
+@dataclass(frozen=True)
+class MapGene:
+    """A map of role -> option; ``keys`` gives each role's options (the seed's register map)."""
+
+    name: str
+    keys: tuple[tuple[str, tuple], ...]
+    doc: str = ""
+
+    @property
+    def options(self) -> dict[str, tuple]:
+        return dict(self.keys)
+
+    def random(self, rng: random.Random) -> Mapping[str, Any]:
+        return _frozen_map({k: rng.choice(opts) for k, opts in self.keys})
+
+    def validate(self, value: Any) -> str | None:
+        if not isinstance(value, Mapping) or set(value) != {k for k, _ in self.keys}:
+            return f"{self.name}: keys must be {[k for k, _ in self.keys]}"
+        for k, opts in self.keys:
+            if value[k] not in opts:
+                return f"{self.name}.{k}={value[k]!r} not in {list(opts)}"
+        return None
+
+    def mutate(self, value: Mapping[str, Any], rng: random.Random) -> Mapping[str, Any]:
+        k, opts = rng.choice(self.keys)
+        new = dict(value)
+        others = [o for o in opts if o != value[k]]
+        if others:
+            new[k] = rng.choice(others)
+        return _frozen_map(new)
+
+    def to_json(self, value: Mapping[str, Any]) -> dict:
+        return dict(sorted(value.items()))
+
+    def from_json(self, raw: Any) -> Mapping[str, Any]:
+        return _frozen_map(raw)
+
+
+@dataclass(frozen=True)
+class SequenceGene:
+    """An ordered list of instruction tokens.
+
+    Every token of ``required`` appears exactly once, tokens of ``optional`` at most once, and for
+    each pair ``(a, b)`` in ``before``, ``a`` precedes ``b`` whenever both are present.
+    """
+
+    name: str
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+    before: tuple[tuple[str, str], ...] = ()
+    doc: str = ""
+
+    @property
+    def alphabet(self) -> tuple[str, ...]:
+        return self.required + self.optional
+
+    def random(self, rng: random.Random) -> tuple[str, ...]:
+        tokens = list(self.required) + [t for t in self.optional if rng.random() < 0.5]
+        rng.shuffle(tokens)
+        return self.repair(tokens)
+
+    def validate(self, value: Any) -> str | None:
+        if not isinstance(value, tuple) or not all(isinstance(t, str) for t in value):
+            return f"{self.name}: must be a sequence of tokens"
+        unknown = [t for t in value if t not in self.alphabet]
+        if unknown:
+            return f"{self.name}: unknown tokens {unknown}"
+        if len(set(value)) != len(value):
+            return f"{self.name}: repeated tokens in {list(value)}"
+        missing = [t for t in self.required if t not in value]
+        if missing:
+            return f"{self.name}: missing {missing}"
+        pos = {t: i for i, t in enumerate(value)}
+        for a, b in self.before:
+            if a in pos and b in pos and pos[a] > pos[b]:
+                return f"{self.name}: {a} must come before {b}"
+        return None
+
+    def repair(self, tokens: Iterable[str]) -> tuple[str, ...]:
+        """Drop unknown and repeated tokens, add missing required ones, then order by ``before``.
+
+        The ordering is a stable topological sort: tokens keep their relative order except where a
+        constraint moves one, so a repaired child stays close to its parents.
+        """
+        seen: list[str] = []
+        for t in tokens:
+            if t in self.alphabet and t not in seen:
+                seen.append(t)
+        seen += [t for t in self.required if t not in seen]
+        out: list[str] = []
+        pending = list(seen)
+        while pending:
+            for t in pending:
+                if not any(b == t and a in pending for a, b in self.before):
+                    out.append(t)
+                    pending.remove(t)
+                    break
+            else:  # a cycle in ``before`` is a gene-space bug, not a genome problem
+                raise ValueError(f"{self.name}: cyclic 'before' constraints")
+        return tuple(out)
+
+    def mutate(self, value: tuple[str, ...], rng: random.Random) -> tuple[str, ...]:
+        tokens = list(value)
+        absent = [t for t in self.optional if t not in tokens]
+        present_optional = [t for t in tokens if t in self.optional]
+        moves = ["swap", "move"] + (["insert"] if absent else []) + (["delete"] if present_optional else [])
+        move = rng.choice(moves)
+        if move == "swap" and len(tokens) > 1:
+            i = rng.randrange(len(tokens) - 1)
+            tokens[i], tokens[i + 1] = tokens[i + 1], tokens[i]
+        elif move == "move" and len(tokens) > 1:
+            t = tokens.pop(rng.randrange(len(tokens)))
+            tokens.insert(rng.randrange(len(tokens) + 1), t)
+        elif move == "insert":
+            tokens.insert(rng.randrange(len(tokens) + 1), rng.choice(absent))
+        elif move == "delete":
+            tokens.remove(rng.choice(present_optional))
+        return self.repair(tokens)
+
+    def to_json(self, value: tuple[str, ...]) -> list[str]:
+        return list(value)
+
+    def from_json(self, raw: Any) -> tuple[str, ...]:
+        return tuple(raw)
+
+
+Gene = Union[ChoiceGene, MapGene, SequenceGene]
+
+
+def _frozen_map(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(sorted(d.items())))
+
+
+class Genome:
+    """An immutable genome: ``genome[group][gene]`` gives a gene's value.
+
+    Equality and hashing follow the canonical JSON form, so two genomes with the same genes are the
+    same genome whatever order they were built in. ``genome.hash`` is a short stable id.
+    """
+
+    __slots__ = ("_genes", "_json", "_hash")
+
+    def __init__(self, genes: Mapping[str, Mapping[str, Any]]):
+        frozen = {}
+        for group in GROUPS:
+            values = genes.get(group, {})
+            frozen[group] = MappingProxyType({k: _freeze(v) for k, v in sorted(values.items())})
+        extra = set(genes) - set(GROUPS)
+        if extra:
+            raise ValueError(f"unknown gene groups {sorted(extra)}")
+        object.__setattr__(self, "_genes", MappingProxyType(frozen))
+        object.__setattr__(self, "_json", json.dumps(_thaw(frozen), sort_keys=True, separators=(",", ":")))
+        object.__setattr__(self, "_hash", hashlib.sha256(self._json.encode()).hexdigest()[:16])
+
+    def __setattr__(self, *_):
+        raise AttributeError("Genome is immutable")
+
+    def __getitem__(self, group: str) -> Mapping[str, Any]:
+        return self._genes[group]
+
+    def get(self, group: str, name: str) -> Any:
+        return self._genes[group][name]
+
+    @property
+    def hash(self) -> str:
+        return self._hash
+
+    def to_json(self) -> str:
+        return self._json
+
+    def to_dict(self) -> dict:
+        return _thaw(self._genes)
+
+    @classmethod
+    def from_json(cls, text: str | Mapping) -> "Genome":
+        raw = json.loads(text) if isinstance(text, str) else text
+        return cls(raw)
+
+    def replace(self, group: str, name: str, value: Any) -> "Genome":
+        genes = {g: dict(v) for g, v in self._genes.items()}
+        genes[group][name] = value
+        return Genome(genes)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Genome) and other._json == self._json
+
+    def __hash__(self) -> int:
+        return hash(self._json)
+
+    def __repr__(self) -> str:
+        return f"Genome({self._hash})"
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return _frozen_map({k: _freeze(x) for k, x in v.items()})
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+def _thaw(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {k: _thaw(x) for k, x in sorted(v.items())}
+    if isinstance(v, tuple):
+        return [_thaw(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class GeneSpace:
+    """The legal genomes of one workload on one backend.
+
+    ``groups`` maps each of the four ``GROUPS`` to its genes. ``constraints`` are functions that
+    return a reason string when a genome is structurally fine gene by gene but invalid as a whole
+    (for example a tile that does not divide the thread count); such children are rejected.
+    ``seeds`` are hand-written genomes (as plain dicts) placed in the first generation.
+    """
+
+    groups: Mapping[str, tuple[Gene, ...]]
+    constraints: tuple[Callable[[Genome], str | None], ...] = ()
+    seeds: tuple[Mapping[str, Mapping[str, Any]], ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        missing = [g for g in GROUPS if not self.groups.get(g)]
+        if missing:
+            raise ValueError(f"gene space lacks groups {missing}: every group must change the kernel")
+
+    def genes(self) -> Iterable[tuple[str, Gene]]:
+        for group in GROUPS:
+            for gene in self.groups[group]:
+                yield group, gene
+
+    def gene(self, group: str, name: str) -> Gene:
+        for gene in self.groups[group]:
+            if gene.name == name:
+                return gene
+        raise KeyError(f"{group}.{name}")
+
+    def size(self) -> int | None:
+        """Number of genomes in the space, ignoring constraints (None for sequence genes)."""
+        n = 1
+        for _, gene in self.genes():
+            if isinstance(gene, ChoiceGene):
+                n *= len(gene.options)
+            elif isinstance(gene, MapGene):
+                for _, opts in gene.keys:
+                    n *= len(opts)
+            else:
+                return None
+        return n
+
+    def validate(self, genome: Genome) -> str | None:
+        """None when ``genome`` is legal, else the first reason it is not."""
+        for group in GROUPS:
+            names = {g.name for g in self.groups[group]}
+            if set(genome[group]) != names:
+                return f"{group}: genes must be {sorted(names)}, got {sorted(genome[group])}"
+        for group, gene in self.genes():
+            reason = gene.validate(genome[group][gene.name])
+            if reason:
+                return f"{group}.{reason}"
+        for check in self.constraints:
+            reason = check(genome)
+            if reason:
+                return reason
+        return None
+
+    def random(self, rng: random.Random, max_tries: int = 200) -> Genome:
+        """A random legal genome (rejection sampling against the constraints)."""
+        for _ in range(max_tries):
+            g = Genome({grp: {gene.name: gene.random(rng) for gene in genes} for grp, genes in self.groups.items()})
+            if self.validate(g) is None:
+                return g
+        raise RuntimeError("gene space constraints reject almost every random genome")
+
+    def seed_genomes(self) -> list[Genome]:
+        out = [Genome(s) for s in self.seeds]
+        for g in out:
+            reason = self.validate(g)
+            if reason:
+                raise ValueError(f"seed genome invalid: {reason}")
+        return out
+
+    def from_json(self, text: str | Mapping) -> Genome:
+        """Parse and validate; raises ValueError with the reason when illegal."""
+        raw = json.loads(text) if isinstance(text, str) else dict(text)
+        genes = {}
+        for group, gene in self.genes():
+            if gene.name not in raw.get(group, {}):
+                raise ValueError(f"{group}.{gene.name} missing")
+            genes.setdefault(group, {})[gene.name] = gene.from_json(raw[group][gene.name])
+        g = Genome(genes)
+        reason = self.validate(g)
+        if reason:
+            raise ValueError(reason)
+        return g
+
+    def describe(self) -> list[dict]:
+        """One row per gene, for the dashboard and ``python -m core workloads``."""
+        rows = []
+        for group, gene in self.genes():
+            if isinstance(gene, ChoiceGene):
+                kind, values = "choice", list(gene.options)
+            elif isinstance(gene, MapGene):
+                kind, values = "map", {k: list(v) for k, v in gene.keys}
+            else:
+                kind, values = "sequence", {"required": list(gene.required), "optional": list(gene.optional)}
+            rows.append({"group": group, "gene": gene.name, "kind": kind, "values": values, "doc": gene.doc})
+        return rows
+
+
+def diff(a: Genome, b: Genome) -> list[dict]:
+    """Gene-by-gene comparison: one row per gene with both values and whether they differ."""
+    rows = []
+    for group in GROUPS:
+        for name in sorted(set(a[group]) | set(b[group])):
+            va, vb = _thaw(a[group].get(name)), _thaw(b[group].get(name))
+            rows.append({"group": group, "gene": name, "a": va, "b": vb, "changed": va != vb})
+    return rows
+

@@ -1,0 +1,22 @@
+"""Workload registry: kernel families AbeBot can evolve."""
+from __future__ import annotations
+
+import importlib
+
+from core.workloads.base import Workload
+
+WORKLOADS: dict[str, str] = {
+    "gemm": "core.workloads.gemm:GemmWorkload",
+    "rmsnorm": "core.workloads.rmsnorm:RmsNormWorkload",
+}
+
+
+def get_workload(name: str) -> Workload:
+    """The workload ``name``; ValueError naming the choices for an unknown one."""
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r} (choose from: {', '.join(WORKLOADS)})")
+    module, cls = WORKLOADS[name].split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+__all__ = ["WORKLOADS", "Workload", "get_workload"]
