@@ -123,6 +123,12 @@ class Template(ABC):
     def harness(self, runtime: Runtime) -> Harness:
         """The sandbox-side harness (called inside the evaluator process only)."""
 
+    @abstractmethod
+    def standalone_script(self, kernel: KernelSource) -> str:
+        """A self-contained Python script (exported with a champion) that compiles this kernel,
+        re-verifies it against a reference on fresh random inputs (the odd shape too), times it
+        against the baseline and exits non-zero when verification fails."""
+
 
 class Workload(ABC):
     """A kernel family, independent of backend."""
