@@ -1,0 +1,193 @@
+"""``python -m core``: run, resume, list and export evolutions from the shell.
+
+Bad input (unknown workload or backend, population < 2, bad weights, a missing or corrupt run, an
+unavailable backend) prints one line on stderr and exits with status 2 before anything is written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Sequence
+
+from core.config import FIELDS, ConfigError, RunConfig, parse_weights
+
+EXIT_USAGE = 2
+DEFAULT_RUNS_DIR = os.environ.get("ABEBOT_RUNS_DIR", "runs")
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage dump
+        raise UsageError(message)
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per RunConfig field, with the field's own help text."""
+    for f in fields(RunConfig):
+        if f.name in ("problem", "weight_time", "weight_memory", "weight_stability"):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = type(f.default) if f.default is not MISSING else str
+        p.add_argument(flag, type=kind, default=None, help=f"{f.metadata['help']} (default {f.default})",
+                       choices=f.metadata.get("choices"))
+    p.add_argument("--weights", default=None, help="fitness weights time,memory,stability (default 0.6,0.3,0.1)")
+    p.add_argument("--problem", default=None, help='problem sizes as JSON, e.g. \'{"m": 512, "n": 512, "k": 512}\'')
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m core", description="AbeBot: evolve kernels with a genetic algorithm.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="start a new run (prints 'run <id>' first)")
+    _add_config_flags(run)
+    run.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="folder holding one folder per run")
+    run.add_argument("--run-id", default=None, help="id for the new run (default: generated)")
+    resume = sub.add_parser("resume", help="continue a stopped, killed or crashed run")
+    resume.add_argument("run_id")
+    resume.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
+    runs = sub.add_parser("runs", help="table of runs")
+    runs.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
+    sub.add_parser("workloads", help="workloads and the backends available on this machine")
+    export = sub.add_parser("export", help="write the champion (or top k / Pareto set) to a folder")
+    export.add_argument("run_id")
+    export.add_argument("--out", required=True, help="folder to create")
+    export.add_argument("--which", choices=("champion", "top", "pareto"), default="champion")
+    export.add_argument("-k", type=int, default=5, help="how many for --which top")
+    export.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """RunConfig from parsed flags, validated (ConfigError on bad input)."""
+    raw = {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
+    if args.weights is not None:
+        raw["weight_time"], raw["weight_memory"], raw["weight_stability"] = parse_weights(args.weights)
+    if args.problem is not None:
+        try:
+            raw["problem"] = json.loads(args.problem)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--problem is not valid JSON: {exc.msg}") from None
+    return RunConfig.from_dict(raw)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from core.backends import availability, backend_class
+    from store.runs import new_run_id, run_dir
+    from store.writer import RunWriter
+
+    cfg = config_from_args(args)
+    reason = availability(cfg.backend)
+    if reason:
+        raise UsageError(f"backend {cfg.backend!r} is not available here: {reason}")
+    n_devices = len(backend_class(cfg.backend).devices())
+    if cfg.device >= n_devices:
+        raise UsageError(f"backend {cfg.backend!r} has {n_devices} device(s); --device {cfg.device} does not exist")
+    runs_dir = Path(args.runs_dir)
+    run_id = args.run_id or new_run_id(cfg.workload, cfg.backend)
+    target = run_dir(runs_dir, run_id)
+    if target.exists():
+        raise UsageError(f"run {run_id!r} already exists in {runs_dir}")
+    writer = RunWriter.create(runs_dir, run_id, json.loads(cfg.to_json()))
+    print(f"run {run_id}", flush=True)
+    return _work(writer, cfg, target, runs_dir)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from store.runs import run_dir
+    from store.writer import RunWriter
+
+    runs_dir = Path(args.runs_dir)
+    target = run_dir(runs_dir, args.run_id)
+    if not target.is_dir():
+        raise UsageError(f"no run {args.run_id!r} in {runs_dir}")
+    writer = RunWriter.open(target)
+    try:
+        cfg = RunConfig.from_dict(json.loads((target / "config.json").read_text()))
+    except (OSError, ValueError) as exc:
+        writer.close()
+        raise UsageError(f"run {args.run_id!r} has an unreadable config.json: {exc}") from None
+    print(f"run {args.run_id}", flush=True)
+    return _work(writer, cfg, target, runs_dir)
+
+
+def _work(writer, cfg: RunConfig, target: Path, runs_dir: Path) -> int:
+    from core.worker import RunWorker
+
+    try:
+        return RunWorker(writer, cfg, target, runs_dir, echo=lambda line: print(line, flush=True)).run()
+    finally:
+        writer.close()
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from store.runs import list_runs
+
+    rows = list_runs(Path(args.runs_dir))
+    if not rows:
+        print(f"no runs in {args.runs_dir}")
+        return 0
+    cols = ("run_id", "workload", "backend", "status", "generation", "best_fitness")
+    table = [[_fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in table)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for row in table:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+    return 0
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return "-" if v is None else str(v)
+
+
+def cmd_workloads(args: argparse.Namespace) -> int:
+    from core.backends import BACKENDS, availability, backend_class
+    from core.workloads import WORKLOADS, get_workload
+
+    for name in BACKENDS:
+        reason = availability(name)
+        devices = [] if reason else backend_class(name).devices()
+        where = "; ".join(d.label() for d in devices) if devices else f"unavailable: {reason}"
+        print(f"backend {name:7s} {where}")
+    for name in WORKLOADS:
+        w = get_workload(name)
+        usable = [b for b in w.templates if availability(b) is None]
+        print(f"workload {name:8s} backends {', '.join(w.templates)} (usable here: {', '.join(usable) or 'none'}) - {w.description}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from store.export import export_champions
+    from store.runs import run_dir
+
+    target = run_dir(Path(args.runs_dir), args.run_id)
+    if not target.is_dir():
+        raise UsageError(f"no run {args.run_id!r} in {args.runs_dir}")
+    out = export_champions(target, Path(args.out), which=args.which, k=args.k)
+    print(f"exported to {out}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "workloads": cmd_workloads, "export": cmd_export}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from core.backends import BackendUnavailable
+    from store import StoreError
+
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except (UsageError, ConfigError, BackendUnavailable, StoreError, ValueError, FileExistsError) as exc:
+        print(f"abebot: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("abebot: interrupted", file=sys.stderr)
+        return 130

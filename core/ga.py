@@ -1,0 +1,241 @@
+"""The genetic algorithm: one generation step, written out plainly.
+
+``step`` takes the evaluated population of generation g and returns that of generation g + 1:
+
+1. keep the elites (best fitness, unchanged, measured once and never again);
+2. breed children from parents chosen by the configured selection -- the seed's top 10 %,
+   tournament, or NSGA-II's binary tournament on (Pareto rank, crowding distance);
+   crossover (one-point on sequences, uniform elsewhere), mutation, repair or rejection;
+3. skip genomes already evaluated in this run (a duplicate is never evaluated twice; if the
+   space is exhausted a known genome is reused with its stored measurements);
+4. evaluate the new genomes in one batch (the evaluator compiles them in parallel);
+5. score everyone, rank by Pareto dominance; with NSGA-II, parents and children compete for the
+   places (mu + lambda survival).
+
+All randomness comes from one ``random.Random`` whose state is saved with every generation, so a
+resumed run continues exactly where its last committed generation ended.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from core.config import RunConfig
+from core.fitness import Baseline, crowding_distance, pareto_ranks, score
+from core.genome import GeneSpace, Genome
+from core.operators import crossover, distance, make_valid, mutate
+
+EvaluateFn = Callable[[Sequence[Genome]], list[dict]]
+
+
+@dataclass
+class Individual:
+    """A genome with where it came from and its measurements (``measure`` is an Evaluation dict)."""
+
+    genome: Genome
+    origin: str  # seed, random, elite, crossover, mutation, immigrant
+    parents: tuple[str, ...] = ()
+    measure: dict = field(default_factory=dict)
+    reused: bool = False  # measurements taken from an earlier evaluation of the same genome
+    fitness: float = 0.0
+    time_term: float | None = None
+    memory_term: float | None = None
+    stability_term: float | None = None
+    pareto_rank: int | None = None
+
+    @property
+    def hash(self) -> str:
+        return self.genome.hash
+
+    @property
+    def ok(self) -> bool:
+        return self.measure.get("status") == "ok"
+
+
+@dataclass
+class GAContext:
+    """What a step needs besides the population."""
+
+    config: RunConfig
+    space: GeneSpace
+    baseline: Baseline
+    evaluate: EvaluateFn
+    known: dict[str, dict] = field(default_factory=dict)  # genome hash -> measure, over the whole run
+
+
+def initial_population(ctx: GAContext, rng: random.Random) -> list[Individual]:
+    """Seed genomes from the gene space, then distinct random ones, evaluated and scored."""
+    pop: list[Individual] = []
+    seen: set[str] = set()
+    for g in ctx.space.seed_genomes()[: ctx.config.population]:
+        if g.hash not in seen:
+            pop.append(Individual(g, "seed"))
+            seen.add(g.hash)
+    for _ in range(50 * ctx.config.population):
+        if len(pop) >= ctx.config.population:
+            break
+        g = ctx.space.random(rng)
+        if g.hash not in seen:
+            pop.append(Individual(g, "random"))
+            seen.add(g.hash)
+    return _evaluate_and_score(pop, ctx)
+
+
+def step(population: list[Individual], ctx: GAContext, rng: random.Random) -> list[Individual]:
+    """Generation g -> g + 1 (see the module docstring)."""
+    cfg = ctx.config
+    ranked = sorted(population, key=lambda i: i.fitness, reverse=True)
+    elites = [Individual(i.genome, "elite", (i.hash,)) for i in ranked[: cfg.elites] if i.ok]
+    taken = {i.hash for i in elites}
+    pick = _selector(population, cfg, rng)
+    n_children = cfg.population if cfg.selection == "nsga2" else cfg.population - len(elites)
+    children: list[Individual] = []
+    for _ in range(n_children):
+        child = _breed(pick, ctx, rng, taken)
+        taken.add(child.hash)
+        children.append(child)
+    if cfg.selection == "nsga2":
+        scored = _evaluate_and_score(children, ctx)
+        return _nsga2_survivors(population, scored, cfg.population)
+    return _evaluate_and_score(elites + children, ctx)
+
+
+def _breed(pick: Callable[[], Individual], ctx: GAContext, rng: random.Random, taken: set[str]) -> Individual:
+    """One new child; prefers genomes never evaluated in this run."""
+    cfg, space = ctx.config, ctx.space
+    fallback: Individual | None = None
+    for _ in range(30):
+        a = pick()
+        if rng.random() < cfg.crossover_rate:
+            b = pick()
+            child = crossover(a.genome, b.genome, space, rng)
+            origin, parents = "crossover", (a.hash, b.hash)
+            if rng.random() < cfg.mutation_rate * 2 or child in (a.genome, b.genome):
+                child = mutate(child, space, cfg.mutation_rate, rng)
+        else:
+            child = mutate(a.genome, space, cfg.mutation_rate, rng)
+            origin, parents = "mutation", (a.hash,)
+        child = make_valid(child, space, rng)
+        if child is None:
+            continue  # rejected: an invalid child is never evaluated
+        if child.hash in taken:
+            continue
+        candidate = Individual(child, origin, parents)
+        if child.hash not in ctx.known:
+            return candidate
+        fallback = fallback or candidate
+    immigrant = space.random(rng)
+    if immigrant.hash not in taken and immigrant.hash not in ctx.known:
+        return Individual(immigrant, "immigrant")
+    return fallback or Individual(immigrant, "immigrant")
+
+
+def _selector(population: list[Individual], cfg: RunConfig, rng: random.Random) -> Callable[[], Individual]:
+    ranked = sorted(population, key=lambda i: i.fitness, reverse=True)
+    viable = [i for i in ranked if i.ok] or ranked
+    if cfg.selection == "top10":
+        n = max(2, math.ceil(cfg.parent_fraction * len(population)))
+        parents = viable[:n]
+        return lambda: rng.choice(parents)
+    if cfg.selection == "tournament":
+        return lambda: max(rng.sample(population, min(cfg.tournament_size, len(population))), key=lambda i: i.fitness)
+    keys = _nsga2_keys(population)
+    return lambda: min(rng.sample(population, 2), key=lambda i: keys[id(i)])
+
+
+def _nsga2_keys(population: list[Individual]) -> dict[int, tuple]:
+    """Sort key (rank, -crowding) per individual; lethal ones last."""
+    keys: dict[int, tuple] = {}
+    fronts: dict[int, list[Individual]] = {}
+    for ind in population:
+        if ind.pareto_rank is None:
+            keys[id(ind)] = (math.inf, 0.0)
+        else:
+            fronts.setdefault(ind.pareto_rank, []).append(ind)
+    for rank, front in fronts.items():
+        pts = np.array([[i.measure["time_us"], i.measure["memory_bytes"], -i.measure["stability"]] for i in front])
+        for ind, cd in zip(front, crowding_distance(pts)):
+            keys[id(ind)] = (rank, -cd)
+    return keys
+
+
+def _nsga2_survivors(parents: list[Individual], children: list[Individual], size: int) -> list[Individual]:
+    """(mu + lambda) survival by Pareto rank then crowding; survivors keep their measurements."""
+    merged: dict[str, Individual] = {}
+    for ind in children + [Individual(p.genome, "elite", (p.hash,), p.measure, True) for p in parents]:
+        merged.setdefault(ind.hash, ind)
+    pool = list(merged.values())
+    _rank(pool)
+    keys = _nsga2_keys(pool)
+    survivors = sorted(pool, key=lambda i: (keys[id(i)], -i.fitness))[:size]
+    _rank(survivors)
+    return survivors
+
+
+def _evaluate_and_score(pop: list[Individual], ctx: GAContext) -> list[Individual]:
+    fresh = [i.genome for i in pop if i.hash not in ctx.known and not i.measure]
+    unique = list({g.hash: g for g in fresh}.values())
+    if unique:
+        for g, m in zip(unique, ctx.evaluate(unique)):
+            ctx.known[g.hash] = m
+    new = {g.hash for g in unique}
+    for ind in pop:
+        if not ind.measure:
+            ind.reused = ind.hash not in new
+            ind.measure = ctx.known[ind.hash]
+        s = score(ind.measure, ctx.baseline, ctx.config.weights)
+        ind.fitness, ind.time_term, ind.memory_term, ind.stability_term = s.fitness, s.time_term, s.memory_term, s.stability_term
+    _rank(pop)
+    return pop
+
+
+def _rank(pop: list[Individual]) -> None:
+    for ind, r in zip(pop, pareto_ranks([i.measure for i in pop])):
+        ind.pareto_rank = r
+
+
+def diversity(pop: Sequence[Individual], rng: random.Random | None = None, max_pairs: int = 2000) -> float:
+    """Mean number of differing genes between pairs of the population (sampled for big ones)."""
+    n = len(pop)
+    if n < 2:
+        return 0.0
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    if len(pairs) > max_pairs:
+        pairs = (rng or random.Random(0)).sample(pairs, max_pairs)
+    return float(np.mean([distance(pop[i].genome, pop[j].genome) for i, j in pairs]))
+
+
+def rng_state_to_json(rng: random.Random) -> list:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def rng_from_json(state: Sequence) -> random.Random:
+    rng = random.Random()
+    rng.setstate((state[0], tuple(state[1]), state[2]))
+    return rng
+
+
+def summarise(pop: Sequence[Individual]) -> Mapping:
+    """Per-generation figures stored in the ``generations`` table."""
+    fits = [i.fitness for i in pop]
+    ok = [i for i in pop if i.ok]
+    causes: dict[str, int] = {}
+    for i in pop:
+        if not i.ok:
+            causes[i.measure.get("status", "?")] = causes.get(i.measure.get("status", "?"), 0) + 1
+    best = max(pop, key=lambda i: i.fitness)
+    return {
+        "best_fitness": max(fits),
+        "mean_fitness": float(np.mean(fits)),
+        "worst_fitness": min(fits),
+        "n_lethal": len(pop) - len(ok),
+        "best_time_us": min((i.measure["time_us"] for i in ok), default=None),
+        "best_memory_bytes": min((i.measure["memory_bytes"] for i in ok), default=None),
+        "lethal_causes": causes,
+        "champion_hash": best.hash,
+    }

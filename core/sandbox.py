@@ -1,0 +1,224 @@
+"""The sandboxed evaluator process and its watchdog.
+
+A bad kernel may segfault, loop forever or (on a GPU) leave a sticky CUDA error that poisons its
+process. So kernels run only in a child process started with the ``spawn`` method (never ``fork``:
+a forked CUDA context is unusable), and the parent talks to it over a :class:`multiprocessing.Pipe`,
+one request and one reply at a time, so each candidate's result comes back on its own.
+
+The child builds its *server* once (``spec["server"]``, ``"module:callable"``, called with the spec;
+the evaluator's is :class:`core.evaluate.Protocol`), then answers requests with ``server.handle``.
+The parent's :class:`Sandbox` turns every way the child can fail into a reply dict:
+
+* no reply within the timeout -> ``{"status": "timeout"}``; the child is killed and restarted;
+* the child dies (a signal such as SIGSEGV, or an exit) -> ``{"status": "crashed", "cause": ...}``
+  with the signal's name; the child is restarted;
+* the reply asks for ``"restart": True`` (a sticky device error) -> the reply as is, then a restart.
+
+The child's stdout and stderr (C ``printf`` too, and faulthandler's traceback on a crash) go to a
+log file, never to the terminal; it ignores SIGINT so Ctrl-C reaches only the parent.
+"""
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+STARTUP_TIMEOUT_S = 180.0  # spawning and importing a GPU stack (torch, triton) can take a while
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself cannot work (its server fails to start); not a verdict on a kernel."""
+
+
+class Sandbox:
+    """Parent-side handle on one evaluator process.
+
+    ``spec`` is a picklable dict passed to the child's server factory (backend, device, workload,
+    problem...; ``"server"`` names the factory). ``timeout_s`` bounds each :meth:`call`;
+    ``log_path`` receives the child's output (appended).
+    """
+
+    def __init__(self, spec: dict, timeout_s: float, log_path: Path | str | None = None,
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S):
+        self.spec = dict(spec)
+        self.timeout_s = float(timeout_s)
+        self.log_path = str(log_path) if log_path else os.devnull
+        self.startup_timeout_s = startup_timeout_s
+        self.info: dict = {}  # what the server reported when it became ready
+        self.restarts = 0
+        self._proc: mp.process.BaseProcess | None = None
+        self._conn: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> dict:
+        """Start the child and wait until its server is built; SandboxError if it cannot be."""
+        if self.alive():
+            return self.info
+        ctx = mp.get_context("spawn")
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        proc = ctx.Process(target=_child_main, args=(child_conn, self.spec, self.log_path),
+                           name="abebot-sandbox", daemon=True)
+        proc.start()
+        child_conn.close()  # only the child holds its end now, so its death reads as EOF here
+        self._proc, self._conn = proc, parent_conn
+        reply = self._receive(self.startup_timeout_s)
+        if reply is None or reply.get("status") != "ready":
+            why = (reply or {}).get("cause") or (describe_exit(proc.exitcode) if not proc.is_alive() else "no answer")
+            detail = (reply or {}).get("traceback", "")
+            self._kill()
+            raise SandboxError(f"sandbox server failed to start: {why}\n{detail}".rstrip())
+        self.info = reply.get("info", {})
+        return self.info
+
+    def restart(self) -> dict:
+        """Kill the child (if any) and start a fresh one."""
+        self._kill()
+        self.restarts += 1
+        return self.start()
+
+    def close(self) -> None:
+        """Ask the child to exit, then make sure it has."""
+        if self._proc is None:
+            return
+        try:
+            self._conn.send({"op": "exit"})
+            self._proc.join(2.0)
+        except (OSError, EOFError, BrokenPipeError):
+            pass
+        self._kill()
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def __enter__(self) -> "Sandbox":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- requests --------------------------------------------------------------------------------
+    def call(self, request: dict, timeout_s: float | None = None) -> dict:
+        """Send one request, return its reply; never raises for what the child does.
+
+        A timeout or a dead child gives a ``timeout``/``crashed`` reply and a fresh child.
+        """
+        if not self.alive():
+            self.restart()
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            self._conn.send(request)
+        except (OSError, BrokenPipeError):
+            return self._after_death()
+        reply = self._receive(limit)
+        if reply is None:
+            if self.alive():
+                self.restart()
+                return {"status": "timeout", "cause": f"no result within {limit:g} s (killed)"}
+            return self._after_death()
+        if reply.get("restart"):
+            self.restart()
+        return reply
+
+    def _receive(self, limit: float) -> dict | None:
+        """The next message, or None on timeout or when the child is gone."""
+        deadline = time.monotonic() + limit
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                if self._conn.poll(min(left, 0.5)):
+                    return self._conn.recv()
+            except (EOFError, OSError):
+                return None
+            if not self._proc.is_alive() and not self._conn.poll(0):
+                return None
+
+    def _after_death(self) -> dict:
+        self._proc.join(5.0)
+        cause = describe_exit(self._proc.exitcode)
+        self.restart()
+        return {"status": "crashed", "cause": cause}
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if proc is None:
+            return
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(2.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5.0)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``-11`` -> ``"killed by SIGSEGV"``; a positive code -> ``"exited with status N"``."""
+    if exitcode is None:
+        return "sandbox process vanished"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"killed by {name}"
+    return f"sandbox process exited with status {exitcode}"
+
+
+# -- child side ----------------------------------------------------------------------------------
+def _child_main(conn: Any, spec: dict, log_path: str) -> None:
+    """Entry point of the evaluator process: isolate, build the server, serve until told to exit."""
+    _isolate(log_path)
+    try:
+        server = _load(spec.get("server", "core.evaluate:Protocol"))(spec)
+        info = server.info() if hasattr(server, "info") else {}
+    except BaseException as exc:  # report any setup failure to the parent, then exit
+        conn.send({"status": "error", "cause": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+        return
+    conn.send({"status": "ready", "info": info})
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if request.get("op") == "exit":
+            return
+        try:
+            reply = server.handle(request)
+        except Exception as exc:  # the server should catch its own; this keeps the child serving
+            traceback.print_exc()
+            reply = {"status": "crashed", "cause": f"{type(exc).__name__}: {exc}"}
+        conn.send(reply)
+
+
+def _isolate(log_path: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing kernel must not dump a core per candidate
+    except (ImportError, ValueError, OSError):
+        pass
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    import faulthandler
+    import sys
+
+    faulthandler.enable(file=sys.stderr)  # the Python stack of a segfault lands in the log
+    print(f"[sandbox {os.getpid()}] started {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
+
+
+def _load(target: str) -> Any:
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,257 @@
+"""The run worker: the GA loop wired to the evaluator and the store.
+
+One worker process owns one run folder: it is the only writer of ``run.duckdb``. Every generation
+is committed in one transaction together with the population and RNG state, so a worker killed at
+any moment resumes (``python -m core resume <id>``) exactly after its last committed generation.
+Between generations it obeys ``control.json`` (pause, resume, stop). A background thread refreshes
+``heartbeat.json`` every few seconds so the dashboard can tell a slow generation from a dead worker.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from core.config import RunConfig
+from core.fitness import Baseline
+from core.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
+from core.genome import Genome
+
+HEARTBEAT_EVERY_S = 5.0
+PAUSE_POLL_S = 0.5
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGINT arrived; the worker stops after saving its status."""
+
+
+def _log_to(run_dir: Path, echo: Callable[[str], None] | None) -> Callable[[str], None]:
+    logger = logging.getLogger(f"abebot.run.{run_dir.name}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    if not logger.handlers:
+        handler = logging.FileHandler(run_dir / "worker.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+        logger.addHandler(handler)
+
+    def log(line: str) -> None:
+        logger.info(line)
+        if echo:
+            echo(line)
+
+    return log
+
+
+class RunWorker:
+    """Drives one run from its current state to the end of its budget."""
+
+    def __init__(self, writer: Any, config: RunConfig, run_dir: Path, runs_dir: Path, echo: Callable[[str], None] | None = print):
+        self.writer, self.config, self.run_dir, self.runs_dir = writer, config, run_dir, runs_dir
+        self.log = _log_to(run_dir, echo)
+        self.beat: dict[str, Any] = {"run_id": run_dir.name, "pid": os.getpid(), "status": "running",
+                                     "total_generations": config.generations, "hours": config.hours}
+        self._beat_lock = threading.Lock()
+        self._stop_beat = threading.Event()
+
+    # -- heartbeat -------------------------------------------------------------------------------
+    def heartbeat(self, **fields: Any) -> None:
+        with self._beat_lock:
+            self.beat.update(fields)
+            self.writer.heartbeat(**self.beat)
+
+    def _beat_forever(self) -> None:
+        while not self._stop_beat.wait(HEARTBEAT_EVERY_S):
+            try:
+                self.heartbeat()
+            except OSError:  # a full disk must not kill the run; the next commit will say so
+                pass
+
+    # -- main loop -------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run (or resume) to the end of the budget; returns the process exit code."""
+        from core.evaluate import Evaluator
+        from store.control import read_control
+
+        previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
+        signal.signal(signal.SIGTERM, _raise_interrupted)
+        beat_thread = threading.Thread(target=self._beat_forever, daemon=True)
+        evaluator = Evaluator(self.config, self.runs_dir / ".cache", log=self.log)
+        try:
+            self._set_status("running")
+            self.heartbeat(phase="measuring baseline", started_at=time.time())
+            beat_thread.start()
+            measured = evaluator.start()
+            baseline_record = self.writer.baseline()
+            if baseline_record is None:
+                self.writer.set_baseline(measured)
+                baseline_record = measured
+            else:  # a resumed run keeps its original baseline so fitness stays comparable
+                self.log(f"baseline re-measured {measured['time_us']:.2f} us (stored {baseline_record['time_us']:.2f} us kept)")
+            self.log(f"baseline {baseline_record['primary']}: {baseline_record['time_us']:.2f} us, "
+                     f"{baseline_record['memory_bytes']} bytes on {baseline_record['device']['name']}")
+            ctx = GAContext(self.config, evaluator.template.gene_space(), Baseline.from_record(baseline_record),
+                            self._counting(evaluator.evaluate), known=self.writer.evaluations())
+            return self._generations(ctx, read_control)
+        except Interrupted:
+            self._set_status("stopped", "interrupted by a signal; resume to continue")
+            self.log("interrupted: stopped after the last committed generation")
+            return 130
+        except Exception as exc:
+            self._set_status("failed", f"{type(exc).__name__}: {exc}")
+            logging.getLogger(f"abebot.run.{self.run_dir.name}").exception("worker failed")
+            raise
+        finally:
+            self._stop_beat.set()
+            evaluator.close()
+            self.heartbeat(phase="")
+            signal.signal(signal.SIGTERM, previous[signal.SIGTERM])
+
+    def _set_status(self, status: str, message: str = "") -> None:
+        self.writer.set_status(status, message)
+        self.heartbeat(status=status)
+
+    def _counting(self, evaluate: Callable) -> Callable[[list[Genome]], list[dict]]:
+        def run(genomes: list[Genome]) -> list[dict]:
+            self.heartbeat(phase=f"evaluating {len(genomes)} new genomes")
+            results = [dataclasses.asdict(e) for e in evaluate(genomes)]
+            self.beat["evaluations"] = self.beat.get("evaluations", 0) + len(results)
+            return results
+
+        return run
+
+    def _generations(self, ctx: GAContext, read_control: Callable[[Path], str | None]) -> int:
+        cfg = self.config
+        last = self.writer.last_state()
+        t0 = time.monotonic()
+        if last is None:
+            rng = _seeded(cfg.seed)
+            elapsed_before, evaluations_before = 0.0, 0
+            t_gen = time.monotonic()
+            population = initial_population(ctx, rng)
+            generation = 0
+            self._commit(generation, population, rng, 0.0, 0, time.monotonic() - t_gen)
+        else:
+            generation, state = last
+            rng = rng_from_json(state["rng"])
+            elapsed_before, evaluations_before = state["elapsed_s"], state["evaluations"]
+            population = _rebuild(state["population"], ctx)
+            self.log(f"resuming after generation {generation}")
+        while True:
+            elapsed = elapsed_before + (time.monotonic() - t0)
+            if self._budget_spent(generation + 1, elapsed):
+                self._set_status("finished")
+                self.log(f"finished: {generation + 1} generations in {elapsed:.1f} s")
+                return 0
+            command = self._obey(read_control)
+            if command == "stop":
+                self._set_status("stopped", "stopped on request")
+                self.log("stopped on request")
+                return 0
+            t_gen = time.monotonic()
+            population = step(population, ctx, rng)
+            generation += 1
+            elapsed = elapsed_before + (time.monotonic() - t0)
+            evaluations = evaluations_before + self.beat.get("evaluations", 0)
+            self._commit(generation, population, rng, elapsed, evaluations, time.monotonic() - t_gen)
+
+    def _budget_spent(self, next_generation: int, elapsed_s: float) -> bool:
+        cfg = self.config
+        if cfg.generations and next_generation >= cfg.generations:
+            return True
+        return bool(cfg.hours) and elapsed_s >= cfg.hours * 3600
+
+    def _obey(self, read_control: Callable[[Path], str | None]) -> str | None:
+        """Wait while paused; return "stop" when asked to stop."""
+        command = read_control(self.run_dir)
+        if command == "pause":
+            self._set_status("paused")
+            self.heartbeat(phase="paused")
+            self.log("paused")
+            while command == "pause":
+                time.sleep(PAUSE_POLL_S)
+                command = read_control(self.run_dir)
+            if command != "stop":
+                self._set_status("running")
+                self.heartbeat(phase="")
+                self.log("resumed")
+        return "stop" if command == "stop" else None
+
+    def _commit(self, generation: int, population: list[Individual], rng: Any, elapsed: float,
+                evaluations: int, gen_seconds: float) -> None:
+        summary = dict(summarise(population))
+        new = [i for i in population if not i.reused]
+        summary.update(n_evaluated=len(new), diversity=diversity(population), elapsed_s=elapsed,
+                       evals_per_s=len(new) / gen_seconds if gen_seconds > 0 else 0.0)
+        state = {
+            "rng": rng_state_to_json(rng),
+            "population": [{"genome": i.genome.to_dict(), "origin": i.origin, "parents": list(i.parents)} for i in population],
+            "elapsed_s": elapsed,
+            "evaluations": evaluations,
+        }
+        kernels = _kernels(new, self.config.backend)
+        self.writer.commit_generation(generation, [_row(generation, i) for i in population], kernels, summary, state)
+        self.heartbeat(generation=generation, elapsed_s=elapsed, evaluations=evaluations,
+                       evals_per_s=summary["evals_per_s"], phase="")
+        best = max(population, key=lambda i: i.fitness)
+        speed = f"{best.time_term:.3f}x baseline" if best.time_term else "no viable kernel"
+        budget = f"/{self.config.generations}" if self.config.generations else ""
+        self.log(f"gen {generation}{budget} best {summary['best_fitness']:.4f} mean {summary['mean_fitness']:.4f} "
+                 f"lethal {summary['n_lethal']}/{len(population)} new {len(new)} "
+                 f"best_time {summary['best_time_us'] or float('nan'):.2f}us ({speed}) {gen_seconds:.1f}s")
+
+
+def _seeded(seed: int):
+    import random
+
+    return random.Random(seed)
+
+
+def _raise_interrupted(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise Interrupted()
+
+
+def _rebuild(saved: list[dict], ctx: GAContext) -> list[Individual]:
+    """The committed population, rescored from stored measurements (nothing is re-evaluated)."""
+    from core.ga import _evaluate_and_score
+
+    pop = [Individual(Genome(s["genome"]), s["origin"], tuple(s["parents"])) for s in saved]
+    missing = [i.hash for i in pop if i.hash not in ctx.known]
+    if missing:
+        raise RuntimeError(f"stored state names genomes with no stored measurements: {missing[:3]}")
+    return _evaluate_and_score(pop, ctx)
+
+
+def _row(generation: int, ind: Individual) -> dict:
+    m = ind.measure
+    return {
+        "generation": generation, "genome_hash": ind.hash, "genome": ind.genome.to_json(),
+        "parents": list(ind.parents), "origin": ind.origin, "status": m.get("status"), "cause": m.get("cause", ""),
+        "fitness": ind.fitness, "time_us": m.get("time_us"), "time_spread_us": m.get("time_spread_us"),
+        "memory_bytes": m.get("memory_bytes"), "extra_bytes": m.get("extra_bytes"), "onchip_bytes": m.get("onchip_bytes"),
+        "stability": m.get("stability"), "time_term": ind.time_term, "memory_term": ind.memory_term,
+        "stability_term": ind.stability_term, "pareto_rank": ind.pareto_rank, "source_hash": m.get("source_hash"),
+        "compile_s": m.get("compile_s"), "eval_s": m.get("eval_s"), "max_abs_err": m.get("max_abs_err"),
+        "rel_err": m.get("rel_err"), "resources": json.dumps(m.get("resources") or {}, sort_keys=True),
+        "reused": ind.reused,
+    }
+
+
+def _kernels(new: list[Individual], backend: str) -> list[dict]:
+    rows: dict[str, dict] = {}
+    for ind in new:
+        m = ind.measure
+        if m.get("source_hash") and m.get("source"):
+            rows[m["source_hash"]] = {
+                "source_hash": m["source_hash"], "backend": backend, "entry": m.get("entry") or "",
+                "source": m["source"], "flags": json.dumps(list(m.get("flags") or [])),
+                "launch": json.dumps(m.get("launch") or {}, sort_keys=True),
+                "resources": json.dumps(m.get("resources") or {}, sort_keys=True), "compile_log": m.get("compile_log") or "",
+            }
+    return list(rows.values())
+

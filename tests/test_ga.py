@@ -1,0 +1,131 @@
+"""The GA loop and fitness on a toy gene space with a deterministic evaluator (no kernels)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from core.config import RunConfig
+from core.fitness import Baseline, crowding_distance, normalised_weights, pareto_ranks, score
+from core.ga import GAContext, initial_population, rng_from_json, rng_state_to_json, step, summarise
+from tests.test_genome import toy_space
+
+
+def fake_measure(genome) -> dict:
+    """Deterministic 'measurements': bigger blocks and vectors are faster; 'strided' is lethal."""
+    if genome.get("memory_pattern", "layout") == "strided" and genome.get("parallel_config", "grid") == 4:
+        return {"status": "wrong_result", "cause": "planted"}
+    t = 1000.0 / (genome.get("parallel_config", "block") * genome.get("memory_pattern", "vector")) ** 0.5
+    t += 3.0 * len(genome.get("instruction_sequence", "main_loop"))
+    mem = 1000 + 10 * genome.get("parallel_config", "grid")
+    return {"status": "ok", "time_us": t, "memory_bytes": mem, "stability": 1.0}
+
+
+class CountingEvaluator:
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def __call__(self, genomes):
+        self.seen += [g.hash for g in genomes]
+        return [fake_measure(g) for g in genomes]
+
+
+def make_ctx(**overrides) -> tuple[GAContext, CountingEvaluator]:
+    cfg = RunConfig(**{"population": 12, "generations": 10, "elites": 2, **overrides})
+    ev = CountingEvaluator()
+    return GAContext(cfg, toy_space(), Baseline(50.0, 1000.0), ev), ev
+
+
+def run_ga(seed: int, gens: int = 8, **overrides):
+    ctx, ev = make_ctx(seed=seed, **overrides)
+    rng = random.Random(seed)
+    history = [initial_population(ctx, rng)]
+    for _ in range(gens):
+        history.append(step(history[-1], ctx, rng))
+    return history, ev
+
+
+@pytest.mark.parametrize("selection", ["top10", "tournament", "nsga2"])
+def test_same_seed_same_genomes(selection):
+    a, _ = run_ga(7, selection=selection)
+    b, _ = run_ga(7, selection=selection)
+    assert [[i.hash for i in pop] for pop in a] == [[i.hash for i in pop] for pop in b]
+    c, _ = run_ga(8, selection=selection)
+    assert [[i.hash for i in pop] for pop in a] != [[i.hash for i in pop] for pop in c]
+
+
+@pytest.mark.parametrize("selection", ["top10", "tournament"])
+def test_best_fitness_never_drops_with_elites(selection):
+    history, _ = run_ga(3, gens=12, selection=selection)
+    best = [max(i.fitness for i in pop) for pop in history]
+    assert all(b2 >= b1 for b1, b2 in zip(best, best[1:]))
+    assert best[-1] > best[0]  # the toy landscape is easy: evolution must improve on random
+
+
+def test_duplicates_are_never_evaluated_twice():
+    history, ev = run_ga(5, gens=15)
+    assert len(ev.seen) == len(set(ev.seen))
+    reused = [i for pop in history[1:] for i in pop if i.reused]
+    assert reused and all(i.origin == "elite" or i.hash in ev.seen for i in reused)
+    for pop in history:
+        assert len({i.hash for i in pop}) == len(pop)
+
+
+def test_lethal_candidates_score_zero_and_are_counted():
+    history, _ = run_ga(11, gens=4)
+    lethal = [i for pop in history for i in pop if not i.ok]
+    assert lethal, "the toy space has a lethal region; random sampling should hit it"
+    assert all(i.fitness == 0.0 and i.pareto_rank is None for i in lethal)
+    summary = summarise(history[0])
+    assert summary["n_lethal"] == sum(not i.ok for i in history[0])
+
+
+def test_population_size_and_elites_kept():
+    history, _ = run_ga(2, gens=5)
+    for prev, pop in zip(history, history[1:]):
+        assert len(pop) == 12
+        top = sorted(prev, key=lambda i: i.fitness, reverse=True)[:2]
+        assert {i.hash for i in top} <= {i.hash for i in pop}
+
+
+def test_rng_state_round_trips_through_json():
+    rng = random.Random(42)
+    rng.random()
+    clone = rng_from_json(rng_state_to_json(rng))
+    assert [rng.random() for _ in range(5)] == [clone.random() for _ in range(5)]
+
+
+def test_fitness_terms_are_ratios_against_the_baseline():
+    base = Baseline(time_us=100.0, memory_bytes=1000.0)
+    as_fast = score({"status": "ok", "time_us": 100.0, "memory_bytes": 1000.0, "stability": 1.0}, base, (0.6, 0.3, 0.1))
+    assert as_fast.fitness == pytest.approx(1.0)
+    twice = score({"status": "ok", "time_us": 50.0, "memory_bytes": 1000.0, "stability": 1.0}, base, (0.6, 0.3, 0.1))
+    assert twice.time_term == pytest.approx(2.0) and twice.fitness == pytest.approx(0.6 * 2 + 0.3 + 0.1)
+    only_memory = score({"status": "ok", "time_us": 50.0, "memory_bytes": 2000.0, "stability": 0.5}, base, (0, 1, 0))
+    assert only_memory.fitness == pytest.approx(0.5)
+    # weights are normalised: scaling them all changes nothing
+    scaled = score({"status": "ok", "time_us": 50.0, "memory_bytes": 2000.0, "stability": 0.5}, base, (6, 3, 1))
+    assert scaled.fitness == pytest.approx(score({"status": "ok", "time_us": 50.0, "memory_bytes": 2000.0, "stability": 0.5}, base, (0.6, 0.3, 0.1)).fitness)
+    assert score({"status": "timeout"}, base, (0.6, 0.3, 0.1)).fitness == 0.0
+
+
+def test_weights_validation():
+    assert normalised_weights((2, 1, 1)) == (0.5, 0.25, 0.25)
+    with pytest.raises(ValueError):
+        normalised_weights((0, 0, 0))
+    with pytest.raises(ValueError):
+        normalised_weights((1, -1, 1))
+
+
+def test_pareto_ranks_and_crowding():
+    ms = [
+        {"status": "ok", "time_us": 1.0, "memory_bytes": 10.0, "stability": 1.0},
+        {"status": "ok", "time_us": 2.0, "memory_bytes": 5.0, "stability": 1.0},
+        {"status": "ok", "time_us": 3.0, "memory_bytes": 20.0, "stability": 1.0},
+        {"status": "crashed"},
+    ]
+    assert pareto_ranks(ms) == [0, 0, 1, None]
+    import numpy as np
+
+    cd = crowding_distance(np.array([[0.0, 3.0], [1.0, 2.0], [2.0, 1.0], [3.0, 0.0]]))
+    assert np.isinf(cd[0]) and np.isinf(cd[3]) and cd[1] == pytest.approx(cd[2])

@@ -1,0 +1,120 @@
+"""Genomes, gene kinds and genetic operators keep every genome legal."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, diff
+from core.operators import crossover, crossover_sequence, make_valid, mutate
+
+SEQ = SequenceGene("main_loop", required=("LDG", "FFMA", "STG"), optional=("SYNC", "PREFETCH"),
+                   before=(("LDG", "FFMA"), ("FFMA", "STG")))
+
+
+def toy_space() -> GeneSpace:
+    def tile_fits(g: Genome) -> str | None:
+        if g.get("parallel_config", "block") * g.get("memory_pattern", "vector") > 1024:
+            return "parallel_config.block x memory_pattern.vector exceeds 1024"
+        return None
+
+    return GeneSpace(
+        groups={
+            "parallel_config": (ChoiceGene("block", (32, 64, 128, 256, 512)), ChoiceGene("grid", (1, 2, 4))),
+            "memory_pattern": (ChoiceGene("vector", (1, 2, 4, 8)), ChoiceGene("layout", ("coalesced", "strided"))),
+            "register_allocation": (MapGene("regs", (("R0", ("input_ptr", "weight_ptr", "acc")), ("R1", ("acc", "tmp")), ("R2", ("tmp", "spill")))),),
+            "instruction_sequence": (SEQ,),
+        },
+        constraints=(tile_fits,),
+        seeds=({"parallel_config": {"block": 128, "grid": 1}, "memory_pattern": {"vector": 4, "layout": "coalesced"},
+                "register_allocation": {"regs": {"R0": "input_ptr", "R1": "acc", "R2": "tmp"}},
+                "instruction_sequence": {"main_loop": ["LDG", "FFMA", "STG"]}},),
+    )
+
+
+def test_genome_is_immutable_hashable_and_round_trips():
+    space = toy_space()
+    g = space.random(random.Random(1))
+    again = Genome.from_json(g.to_json())
+    assert again == g and hash(again) == hash(g) and again.hash == g.hash
+    assert space.from_json(json.loads(g.to_json())) == g
+    with pytest.raises(AttributeError):
+        g.x = 1  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        g["parallel_config"]["block"] = 7  # type: ignore[index]
+    assert len({g, again}) == 1
+
+
+def test_from_json_rejects_illegal_genomes_with_a_reason():
+    space = toy_space()
+    raw = space.random(random.Random(2)).to_dict()
+    raw["instruction_sequence"]["main_loop"] = ["STG", "LDG", "FFMA"]
+    with pytest.raises(ValueError, match="must come before"):
+        space.from_json(raw)
+    raw = space.random(random.Random(2)).to_dict()
+    raw["parallel_config"]["block"] = 33
+    with pytest.raises(ValueError, match="block"):
+        space.from_json(raw)
+
+
+def test_sequence_repair_keeps_required_tokens_once_and_in_order():
+    fixed = SEQ.repair(["STG", "SYNC", "FFMA", "SYNC", "BOGUS"])
+    assert SEQ.validate(fixed) is None
+    assert fixed.count("SYNC") == 1 and "LDG" in fixed
+    assert fixed.index("LDG") < fixed.index("FFMA") < fixed.index("STG")
+
+
+def test_one_point_crossover_of_sequences_takes_prefix_then_other_parent():
+    rng = random.Random(0)
+    a = ("LDG", "SYNC", "FFMA", "STG")
+    b = ("PREFETCH", "LDG", "FFMA", "STG")
+    for _ in range(50):
+        child = crossover_sequence(a, b, SEQ, rng)
+        assert SEQ.validate(child) is None
+        assert child[0] == "LDG"  # the cut is at least 1: the head always comes from a
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_operators_keep_genomes_valid(seed):
+    space, rng = toy_space(), random.Random(seed)
+    pop = [space.random(rng) for _ in range(10)]
+    for _ in range(300):
+        child = crossover(rng.choice(pop), rng.choice(pop), space, rng)
+        child = make_valid(mutate(child, space, 0.3, rng), space, rng)
+        if child is not None:
+            assert space.validate(child) is None
+            pop.append(child)
+    assert len({g.hash for g in pop}) > 20
+
+
+def test_uniform_crossover_mixes_register_map_keys():
+    space, rng = toy_space(), random.Random(3)
+    a = space.seed_genomes()[0]
+    b = a.replace("register_allocation", "regs", {"R0": "acc", "R1": "tmp", "R2": "spill"})
+    seen = set()
+    for _ in range(200):
+        c = crossover(a, b, space, rng)
+        seen.add(tuple(sorted(c["register_allocation"]["regs"].items())))
+    assert len(seen) > 4  # keys are inherited independently, not all-from-one-parent
+
+
+def test_mutation_changes_at_least_one_gene():
+    space, rng = toy_space(), random.Random(4)
+    g = space.random(rng)
+    for _ in range(100):
+        assert mutate(g, space, 0.0, rng) != g or space.size() == 1
+
+
+def test_diff_marks_changed_genes():
+    space = toy_space()
+    a = space.seed_genomes()[0]
+    b = a.replace("parallel_config", "block", 256)
+    changed = [r for r in diff(a, b) if r["changed"]]
+    assert [(r["group"], r["gene"], r["a"], r["b"]) for r in changed] == [("parallel_config", "block", 128, 256)]
+
+
+def test_gene_space_requires_all_four_groups():
+    with pytest.raises(ValueError, match="instruction_sequence"):
+        GeneSpace(groups={"parallel_config": (ChoiceGene("b", (1,)),), "memory_pattern": (ChoiceGene("v", (1,)),),
+                          "register_allocation": (ChoiceGene("r", (1,)),)})
