@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install everything the tests need, then run the whole suite (CI runs exactly this).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq gcc
+fi
+# The browser test drives Debian's Chromium (Playwright's own browser download needs the internet).
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi
+fi
+"$PY" -m pip install -q --disable-pip-version-check -r requirements.txt
+exec "$PY" -m pytest -q "$@"

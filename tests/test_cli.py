@@ -1,0 +1,81 @@
+"""CLI bad input: one clear line on stderr, exit status 2, no traceback, nothing written."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, runs_dir: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "core", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "ABEBOT_RUNS_DIR": str(runs_dir), **(env or {})})
+
+
+BAD_RUNS = [
+    (["--workload", "conv9d"], "unknown workload"),
+    (["--backend", "vulkan"], "backend"),
+    (["--population", "1"], "population must be >= 2"),
+    (["--weights", "0,0,0"], "must not all be zero"),
+    (["--weights", "0.6,-0.3,0.1"], "must not be negative"),
+    (["--weights", "fast"], "three numbers"),
+    (["--problem", "{not json"], "not valid JSON"),
+    (["--problem", '{"m": -4}'], "m must be an integer"),
+    (["--problem", '{"q": 3}'], "no setting q"),
+    (["--generations", "0"], "give a budget"),
+    (["--selection", "roulette"], "invalid choice"),
+    (["--run-id", "../escape"], "run id"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_RUNS, ids=[" ".join(a) for a, _ in BAD_RUNS])
+def test_bad_run_arguments(tmp_path, args, message):
+    r = cli("run", "--workload", "gemm", "--backend", "c", *[a for a in args], runs_dir=tmp_path)
+    # later flags win in argparse, so the bad value above overrides the defaults given first
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message.lower() in lines[0].lower(), r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unavailable_gpu_backend_is_refused_cleanly(tmp_path):
+    r = cli("run", "--workload", "gemm", "--backend", "cuda", runs_dir=tmp_path)
+    from core.backends import availability
+
+    if availability("cuda") is None:
+        pytest.skip("a CUDA GPU is present here")
+    assert r.returncode == 2 and "not available" in r.stderr and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("run_id", ["nope", "../../etc", "a/b"])
+def test_resume_missing_or_unsafe_run(tmp_path, run_id):
+    r = cli("resume", run_id, "--runs-dir", str(tmp_path), runs_dir=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_resume_corrupt_run_folder_leaves_it_untouched(tmp_path):
+    run = tmp_path / "20260101-000000-gemm-c-dead"
+    run.mkdir()
+    (run / "config.json").write_text("{ half written")
+    (run / "run.duckdb").write_bytes(b"this is not a database" * 100)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    r = cli("resume", run.name, "--runs-dir", str(tmp_path), runs_dir=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.name in before} == before
+
+
+def test_workloads_lists_backends_and_availability(tmp_path):
+    r = cli("workloads", runs_dir=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "gemm" in r.stdout and "rmsnorm" in r.stdout and "backend c" in r.stdout
+
+
+def test_runs_on_empty_folder(tmp_path):
+    r = cli("runs", "--runs-dir", str(tmp_path), runs_dir=tmp_path)
+    assert r.returncode == 0 and "no runs" in r.stdout

@@ -1,0 +1,117 @@
+"""End to end on the CPU backend: a real run through the CLI, kill -9, resume, export."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.backends import availability
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = '{"m": 48, "n": 40, "k": 56}'
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(availability("c") is not None, reason=f"no C backend: {availability('c')}")]
+
+
+def core_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "core", *args]
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(core_cmd(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def generations(run_dir: Path):
+    from store.reader import RunReader
+
+    return RunReader(run_dir).generations()
+
+
+def test_run_finishes_best_never_drops_and_champion_exports(tmp_path):
+    r = run_cli("run", "--workload", "gemm", "--backend", "c", "--population", "6", "--generations", "3",
+                "--seed", "1", "--problem", TINY, "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("run ")
+    run_id = lines[0].split()[1]
+    assert sum(line.startswith("gen ") for line in lines) == 3
+    gens = generations(tmp_path / run_id)
+    assert list(gens["generation"]) == [0, 1, 2]
+    best = list(gens["best_fitness"])
+    assert all(b2 >= b1 for b1, b2 in zip(best, best[1:])) and best[0] > 0
+
+    from store.reader import RunReader
+
+    reader = RunReader(tmp_path / run_id)
+    assert reader.status() == "finished"
+    champ = reader.champion()
+    assert champ["status"] == "ok" and champ["source"]
+
+    out = tmp_path / "export"
+    r = run_cli("export", run_id, "--out", str(out), "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    script = next(out.rglob("run_kernel.py"))
+    check = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=script.parent)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    listing = run_cli("runs", "--runs-dir", str(tmp_path))
+    assert run_id in listing.stdout and "finished" in listing.stdout
+
+
+def test_same_seed_same_first_generation(tmp_path):
+    ids = []
+    for name in ("a", "b"):
+        r = run_cli("run", "--workload", "rmsnorm", "--backend", "c", "--population", "5", "--generations", "1",
+                    "--seed", "9", "--problem", '{"rows": 16, "cols": 96}', "--runs-dir", str(tmp_path / name))
+        assert r.returncode == 0, r.stderr[-2000:]
+        ids.append(tmp_path / name / r.stdout.split()[1])
+    from store.reader import RunReader
+
+    genomes = [sorted(RunReader(d).individuals(0)["genome_hash"]) for d in ids]
+    assert genomes[0] == genomes[1]
+
+
+def test_kill_9_then_resume_loses_no_committed_generation(tmp_path):
+    proc = subprocess.Popen(core_cmd("run", "--workload", "gemm", "--backend", "c", "--population", "4",
+                                     "--generations", "7", "--seed", "3", "--problem", TINY, "--runs-dir", str(tmp_path)),
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run_id = proc.stdout.readline().split()[1]
+    run_dir = tmp_path / run_id
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        hb = run_dir / "heartbeat.json"
+        if hb.exists():
+            try:
+                if json.loads(hb.read_text()).get("generation", -1) >= 2:
+                    break
+            except ValueError:
+                pass
+        time.sleep(0.1)
+    else:
+        pytest.fail("the run never reached generation 2")
+    os.killpg(proc.pid, signal.SIGKILL)  # the worker and its sandbox, no chance to clean up
+    proc.wait(timeout=30)
+
+    from store.reader import RunReader
+
+    assert RunReader(run_dir).status() == "dead"
+    before = RunReader(run_dir).individuals()
+    committed = sorted(set(before["generation"]))
+    assert committed[:3] == [0, 1, 2]
+
+    r = run_cli("resume", run_id, "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = RunReader(run_dir).individuals()
+    assert sorted(set(after["generation"])) == list(range(7))
+    cols = ["generation", "genome_hash", "fitness", "status"]
+    old = before[cols].sort_values(cols[:2]).reset_index(drop=True)
+    kept = after[after["generation"].isin(committed)][cols].sort_values(cols[:2]).reset_index(drop=True)
+    assert old.equals(kept), "committed generations changed after resume"
+    gens = RunReader(run_dir).generations()
+    assert list(gens["generation"]) == list(range(7))
+    assert RunReader(run_dir).status() == "finished"
