@@ -40,8 +40,9 @@ LETHAL = frozenset(STATUSES) - {"ok"}
 
 TIMING_TARGET_S = 0.2  # wall time the timed repetitions of one candidate should take
 MIN_REPS, MAX_REPS = 5, 200
+TIMING_CHUNK = 25  # timed calls between wall-clock checks
 CPU_MAX_CASES = 4  # inputs rotated on the CPU; a GPU rotates enough to exceed its L2
-GPU_MAX_CASES = 32
+GPU_MAX_CASES = 256  # small problems are launch-bound; beyond this rotation costs more than it tells
 COMPILE_LOG_LINES = 12
 
 
@@ -95,8 +96,9 @@ class Evaluator:
     """Evaluates genomes of one run's workload on one backend device.
 
     ``cache_dir`` is the runs folder's compile cache root (``<runs_dir>/.cache``, shared across
-    runs); kernels are compiled into ``<cache_dir>/<backend>/``. ``log_path`` receives the sandbox process's output (the run folder's ``sandbox.log``);
-    by default a file in the temp directory. ``log`` gets one line per noteworthy event.
+    runs); kernels are compiled into ``<cache_dir>/<backend>/``. ``log_path`` receives the sandbox
+    process's output (the run folder's ``sandbox.log``; by default a file in the temp directory).
+    ``log`` gets one line per noteworthy event (baseline, crashes, timeouts).
     """
 
     def __init__(self, config: RunConfig, cache_dir: Path, log: Callable[[str], None] = print,
@@ -132,6 +134,7 @@ class Evaluator:
         self.sandbox.start()
         reply = self.sandbox.call({"op": "baseline", "seed": self._seed()}, timeout_s=max(120.0, 4 * self.config.timeout_s))
         if reply.get("status") != "ok":
+            self.close()
             raise RuntimeError(f"baseline measurement failed: {reply.get('status')}: {reply.get('cause')}")
         reply.pop("status", None)
         self.baseline = reply
@@ -163,6 +166,7 @@ class Evaluator:
     # -- evaluation ------------------------------------------------------------------------------
     def evaluate(self, genomes: list[Genome]) -> list[Evaluation]:
         """Evaluate ``genomes``; same order, duplicates evaluated once; never raises for a bad kernel."""
+        self._require_started()
         unique: dict[str, Genome] = {}
         for g in genomes:
             unique.setdefault(g.hash, g)
@@ -183,6 +187,7 @@ class Evaluator:
         Identical sources (by cache key) are compiled and measured once. ``genome_hashes`` labels
         the results (defaults to the source hash).
         """
+        self._require_started()
         keys = [self.backend.cache_key(k) for k in kernels]
         labels = genome_hashes or keys
         first: dict[str, KernelSource] = {}
@@ -208,6 +213,10 @@ class Evaluator:
             out.append(ev)
         return out
 
+    def _require_started(self) -> None:
+        if self.sandbox is None:
+            raise RuntimeError("Evaluator.start() must be called before evaluating")
+
     def _compile_all(self, kernels: dict[str, KernelSource]) -> dict[str, tuple]:
         """key -> (kernel, artifact or None, seconds, error log or None), compiled in parallel."""
         if not kernels:
@@ -228,19 +237,20 @@ class Evaluator:
             return None, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
 
     def _measure(self, key: str, kernel: KernelSource, artifact: Artifact, compile_s: float) -> Evaluation:
-        t0 = time.perf_counter()
+        t0, restarts = time.perf_counter(), self.sandbox.restarts
         reply = self.sandbox.call({"op": "evaluate", "artifact": artifact, "seed": self._seed()})
         eval_s = time.perf_counter() - t0
-        if reply.get("status") == "timeout" or reply.get("restart") or "killed by" in reply.get("cause", ""):
-            self.log(f"candidate {key[:12]}: {reply['status']} ({reply.get('cause', '')}); sandbox restarted")
+        if self.sandbox.restarts != restarts:
+            self.log(f"candidate {key[:12]}: {reply.get('status')} ({reply.get('cause', '')}); sandbox restarted")
         ev = _base(key, kernel, reply.get("status", "crashed"), _one_line(reply.get("cause", "")),
                    compile_s=compile_s, compile_log=artifact.log)
         ev.resources = {**kernel.resources, **artifact.resources}
         ev.eval_s = eval_s
         for name in ("time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes",
                      "stability", "max_abs_err", "rel_err"):
-            if reply.get(name) is not None:
-                setattr(ev, name, reply[name])
+            value = reply.get(name)
+            if value is not None and math.isfinite(value):  # inf error of a NaN output: the cause says it
+                setattr(ev, name, value)
         return ev
 
 
@@ -283,7 +293,7 @@ def sticky_errors(backend: Backend) -> bool:
 
 def device_bandwidth(device: DeviceInfo) -> float:
     """Peak memory bandwidth in bytes/s when the backend reports one (0: unknown, no roofline)."""
-    return float(getattr(device, "memory_bandwidth", 0) or device.versions.get("memory_bandwidth", 0) or 0)
+    return float(device.memory_bandwidth or 0)
 
 
 def call_with_problem(fn: Callable[..., Any], shape: dict, problem: dict) -> Any:
@@ -345,26 +355,37 @@ class Protocol:
         """Run the whole protocol on one artifact; the reply carries status, cause and measurements."""
         rng = random.Random(seed)
         result: dict[str, Any] = {"status": "ok", "cause": "", "max_abs_err": 0.0, "rel_err": 0.0}
-        stage = "load"
+        seconds: dict[str, float] = {}
+        kernel = case = None  # set by the load and stability stages; the later lambdas read them
+        stages: list[tuple[str, Callable[[], Any]]] = [
+            ("load", lambda: self.runtime.load(artifact)),
+            ("verification", lambda: self._verify(kernel, rng, result)),
+            ("timing", lambda: self._benchmark(kernel, rng, result)),
+            ("stability", lambda: self._stability(kernel, rng, result)),
+            ("memory", lambda: self._memory(kernel, artifact, case, result)),
+        ]
         try:
-            kernel = self.runtime.load(artifact)
-            stage = "verification"
-            self._verify(kernel, rng, result)
-            stage = "timing"
-            self._benchmark(kernel, rng, result)
-            stage = "stability"
-            case = self._stability(kernel, rng, result)
-            stage = "memory"
-            extra = int(self.harness.extra_memory_bytes(kernel, artifact, case))
-            onchip = int(self.harness.onchip_bytes(artifact))
-            result.update(extra_bytes=extra, onchip_bytes=onchip, memory_bytes=self.io_bytes + extra + onchip)
+            for stage, run in stages:
+                t0 = time.perf_counter()
+                value = run()
+                seconds[stage] = time.perf_counter() - t0
+                kernel = value if stage == "load" else kernel
+                case = value if stage == "stability" else case
         except _Failure as f:
             result.update(status=f.status, cause=f.cause)
         except Exception as exc:
             traceback.print_exc()
             status = "unstable" if stage == "stability" else "crashed"
             result.update(status=status, cause=_one_line(f"{stage}: {type(exc).__name__}: {exc}"), restart=self.sticky)
+        result["stages_s"] = seconds
+        print(f"[sandbox] {artifact.source_hash[:12]} {result['status']} "
+              + " ".join(f"{k}={v:.3f}s" for k, v in seconds.items()), flush=True)
         return result
+
+    def _memory(self, kernel: Any, artifact: Artifact, case: Any, result: dict) -> None:
+        extra = int(self.harness.extra_memory_bytes(kernel, artifact, case))
+        onchip = int(self.harness.onchip_bytes(artifact))
+        result.update(extra_bytes=extra, onchip_bytes=onchip, memory_bytes=self.io_bytes + extra + onchip)
 
     def _verify(self, kernel: Any, rng: random.Random, result: dict) -> None:
         """Every shape once, the main shape twice, each on fresh inputs; first failure is the verdict."""
@@ -387,7 +408,7 @@ class Protocol:
         cases = self._timing_cases(rng)
         times = self._time(lambda c: self.harness.launch(kernel, c), cases)
         result["time_us"], result["time_spread_us"] = _median_iqr_us(times)
-        for case in cases:  # the last timed output of each case
+        for case in cases:  # each case's last output is a timed launch's
             self._check(case, result, "wrong_result", "in a timed launch")
         if self.roofline_us and result["time_us"] < self.roofline_us:
             raise _Failure("wrong_result", f"faster than roofline ({result['time_us']:.2f} us < {self.roofline_us:.2f} us): "
@@ -420,23 +441,28 @@ class Protocol:
     def _time(self, launch: Callable[[Any], None], cases: list) -> list[float]:
         """Seconds per launch, rotating through ``cases``; reps adapt to ~``timing_target_s``.
 
-        Outputs are poisoned before the timed run, and every case is launched in it, so each case's
-        output afterwards is a timed launch's.
+        The sample ends with one pass over freshly reset cases, so each case's output afterwards is
+        a timed launch's own, even for kernels that update a buffer in place (a residual).
         """
-        counter = itertools.count()
-
-        def fn(_i: int) -> None:  # own counter: the rotation must not depend on how a runtime numbers calls
-            launch(cases[next(counter) % len(cases)])
-
+        fn = _rotation(launch, cases)
         pilot = self.runtime.time(fn, reps=3, warmup=1)
         per_call = max(float(np.median(pilot)), 1e-9)
-        reps = max(len(cases), min(MAX_REPS, max(MIN_REPS, int(self.timing_target_s / per_call))))
+        reps = max(1, min(MAX_REPS, max(MIN_REPS, int(self.timing_target_s / per_call))) - len(cases))
         warmup = min(10, max(1, reps // 10))
+        # In chunks, so a machine that turns busy mid-run (other processes preempting OpenMP
+        # threads) costs at most a few times the target instead of reps x the stalled time.
+        deadline = time.perf_counter() + 3 * self.timing_target_s
+        times: list[float] = []
+        while len(times) < reps:
+            times += self.runtime.time(fn, reps=min(TIMING_CHUNK, reps - len(times)), warmup=warmup)
+            warmup = 0
+            if len(times) >= MIN_REPS and time.perf_counter() > deadline:
+                break
         for case in cases:
             self.harness.reset_outputs(case)
-        times = self.runtime.time(fn, reps=reps, warmup=warmup)
+        times += self.runtime.time(_rotation(launch, cases), reps=len(cases), warmup=0)
         self.runtime.synchronize()
-        return list(times)
+        return times
 
     # -- baselines -------------------------------------------------------------------------------
     def baseline(self, seed: int) -> dict:
@@ -481,6 +507,13 @@ def timing_case_count(case_bytes: int, device: DeviceInfo) -> int:
         cap = max(2, min(cap, device.memory_bytes // max(1, 4 * case_bytes)))
     want = math.ceil(device.l2_bytes / max(1, case_bytes)) + 1 if device.l2_bytes else 2
     return int(min(cap, max(2, want)))
+
+
+def _rotation(launch: Callable[[Any], None], cases: list) -> Callable[[int], None]:
+    """``fn(i)`` launching on the cases in turn from the first; its own counter, so the rotation does
+    not depend on how a runtime numbers warm-up and timed calls."""
+    counter = itertools.count()
+    return lambda _i: launch(cases[next(counter) % len(cases)])
 
 
 def _median_iqr_us(times: list[float]) -> tuple[float, float]:

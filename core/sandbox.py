@@ -23,12 +23,16 @@ import importlib
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 STARTUP_TIMEOUT_S = 180.0  # spawning and importing a GPU stack (torch, triton) can take a while
+
+
+_DEAD = object()  # _receive's answer when the child has gone
 
 
 class SandboxError(RuntimeError):
@@ -67,9 +71,11 @@ class Sandbox:
         child_conn.close()  # only the child holds its end now, so its death reads as EOF here
         self._proc, self._conn = proc, parent_conn
         reply = self._receive(self.startup_timeout_s)
-        if reply is None or reply.get("status") != "ready":
-            why = (reply or {}).get("cause") or (describe_exit(proc.exitcode) if not proc.is_alive() else "no answer")
-            detail = (reply or {}).get("traceback", "")
+        if not isinstance(reply, dict) or reply.get("status") != "ready":
+            reply = reply if isinstance(reply, dict) else {}
+            proc.join(1.0)
+            why = reply.get("cause") or (describe_exit(proc.exitcode) if not proc.is_alive() else "no answer")
+            detail = reply.get("traceback", "")
             self._kill()
             raise SandboxError(f"sandbox server failed to start: {why}\n{detail}".rstrip())
         self.info = reply.get("info", {})
@@ -108,7 +114,9 @@ class Sandbox:
 
         A timeout or a dead child gives a ``timeout``/``crashed`` reply and a fresh child.
         """
-        if not self.alive():
+        if self._proc is None:
+            self.start()
+        elif not self.alive():
             self.restart()
         limit = self.timeout_s if timeout_s is None else timeout_s
         try:
@@ -116,17 +124,17 @@ class Sandbox:
         except (OSError, BrokenPipeError):
             return self._after_death()
         reply = self._receive(limit)
-        if reply is None:
-            if self.alive():
-                self.restart()
-                return {"status": "timeout", "cause": f"no result within {limit:g} s (killed)"}
+        if reply is _DEAD:
             return self._after_death()
+        if reply is None:
+            self.restart()
+            return {"status": "timeout", "cause": f"no result within {limit:g} s (killed)"}
         if reply.get("restart"):
             self.restart()
         return reply
 
-    def _receive(self, limit: float) -> dict | None:
-        """The next message, or None on timeout or when the child is gone."""
+    def _receive(self, limit: float) -> Any:
+        """The next message; None on timeout, ``_DEAD`` when the child is gone."""
         deadline = time.monotonic() + limit
         while True:
             left = deadline - time.monotonic()
@@ -136,9 +144,12 @@ class Sandbox:
                 if self._conn.poll(min(left, 0.5)):
                     return self._conn.recv()
             except (EOFError, OSError):
-                return None
-            if not self._proc.is_alive() and not self._conn.poll(0):
-                return None
+                return _DEAD
+            if not self._proc.is_alive():
+                try:
+                    return self._conn.recv() if self._conn.poll(0) else _DEAD
+                except (EOFError, OSError):
+                    return _DEAD
 
     def _after_death(self) -> dict:
         self._proc.join(5.0)
@@ -216,7 +227,16 @@ def _isolate(log_path: str) -> None:
     import sys
 
     faulthandler.enable(file=sys.stderr)  # the Python stack of a segfault lands in the log
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True, name="orphan-guard").start()
     print(f"[sandbox {os.getpid()}] started {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Exit when the parent is gone (killed with -9, say), even while a kernel spins in C:
+    ctypes releases the GIL during a call, so this thread still runs."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def _load(target: str) -> Any:

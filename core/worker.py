@@ -81,7 +81,7 @@ class RunWorker:
         previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
         signal.signal(signal.SIGTERM, _raise_interrupted)
         beat_thread = threading.Thread(target=self._beat_forever, daemon=True)
-        evaluator = Evaluator(self.config, self.runs_dir / ".cache", log=self.log)
+        evaluator = Evaluator(self.config, self.runs_dir / ".cache", log=self.log, log_path=self.run_dir / "sandbox.log")
         try:
             self._set_status("running")
             self.heartbeat(phase="measuring baseline", started_at=time.time())

@@ -43,6 +43,7 @@ class DeviceInfo:
     registers_per_thread: int = 0
     max_threads_per_block: int = 0
     l2_bytes: int = 0
+    memory_bandwidth: float = 0.0  # bytes/s (read + write) for the roofline; 0 when unknown
     arch: str = ""  # "sm_90", "x86_64"...
     versions: dict = field(default_factory=dict)  # driver, toolkit, package versions
 

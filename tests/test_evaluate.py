@@ -1,0 +1,187 @@
+"""The evaluator end to end on the C backend: a good kernel, then planted faults.
+
+Every fault goes through the same path the GA uses (static check -> compile -> sandbox), and the
+run must survive it: after each one a good kernel still evaluates ``ok``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import pytest
+
+from core.backends import availability
+from core.backends.base import KernelSource
+from core.config import RunConfig
+from core.evaluate import Evaluation, Evaluator, timing_case_count
+from core.sandbox import Sandbox
+
+C_UNAVAILABLE = availability("c")
+pytestmark = pytest.mark.skipif(C_UNAVAILABLE is not None, reason=f"C backend: {C_UNAVAILABLE}")
+
+GOOD = r"""
+void abebot_gemm(const float *A, const float *B, float *C, int M, int N, int K) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
+            C[i * N + j] = acc;
+        }
+    %s
+}
+"""
+
+FAULTS = {  # name -> (C statement appended to a correct gemm, expected status, text expected in the cause)
+    "wrong_result": ("C[(M / 2) * N + N / 2] += 1.0f;", "wrong_result", "wrong_result"),
+    "out_of_bounds": ("C[M * N] = 0.0f; C[M * N + 1] = 0.0f;", "wrong_result", "out_of_bounds_write"),
+    "input_modified": ("((float *)A)[0] = 1.0f + A[0];", "wrong_result", "input_modified"),
+    "nan_output": ("C[0] = 0.0f / 0.0f * A[0];", "wrong_result", "nan"),
+    "segfault": ("*(volatile int *)(void *)0x10 = 1;", "crashed", "SIGSEGV"),
+    "endless_loop": ("volatile unsigned spin = 0; for (;;) spin++;", "timeout", "killed"),
+    "compile_error": ("this is not C;", "compile_error", "error"),
+}
+
+# Flips the lowest mantissa bit of one output on every other launch: within tolerance, not bit-stable.
+NONDETERMINISTIC = "static unsigned calls; if (calls++ % 2) { union { float f; unsigned u; } v; v.f = C[0]; v.u ^= 1u; C[0] = v.f; }"
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    config = RunConfig.from_dict({"workload": "gemm", "backend": "c", "problem": {"m": 64, "n": 64, "k": 64},
+                                  "timeout_s": 3.0, "stability_launches": 8, "seed": 1})
+    lines: list[str] = []
+    ev = Evaluator(config, root / ".cache", log=lines.append, log_path=root / "sandbox.log", timing_target_s=0.05)
+    ev.lines = lines
+    ev.start()
+    yield ev
+    ev.close()
+
+
+def _genome(ev: Evaluator):
+    space = ev.template.gene_space()
+    seeds = space.seed_genomes()
+    return seeds[0] if seeds else space.random(random.Random(0))
+
+
+def _planted(ev: Evaluator, statement: str) -> KernelSource:
+    """A real rendered kernel whose source is replaced by a hand-written one of the same signature."""
+    return dataclasses.replace(ev.template.render(_genome(ev)), source=GOOD % statement)
+
+
+def _assert_good(ev: Evaluator) -> Evaluation:
+    [res] = ev.evaluate_sources([_planted(ev, "")])
+    assert res.status == "ok", res.cause
+    return res
+
+
+def test_baseline(evaluator):
+    b = evaluator.baseline
+    assert b["primary"] in b["baselines"] and b["time_us"] > 0
+    assert b["shape"] == {"m": 64, "n": 64, "k": 64}
+    assert b["io_bytes"] == 4 * 3 * 64 * 64 and b["memory_bytes"] >= b["io_bytes"]
+    assert b["flops"] == 2 * 64 ** 3 and b["roofline_us"] is None  # no bandwidth known on the CPU
+    assert b["device"]["backend"] == "c"
+    assert all(entry["verified"] for entry in b["baselines"].values())
+
+
+def test_good_genome(evaluator):
+    [res] = evaluator.evaluate([_genome(evaluator)])
+    assert res.status == "ok", res.cause
+    assert res.genome_hash == _genome(evaluator).hash
+    assert 0 < res.time_us < 1e6 and res.time_spread_us >= 0
+    assert res.memory_bytes >= 4 * 3 * 64 * 64 and res.extra_bytes >= 0 and res.onchip_bytes >= 0
+    assert res.stability == 1.0
+    assert res.max_abs_err < 1e-2 and res.source and res.entry == "abebot_gemm"
+    assert res.compile_s >= 0 and res.eval_s > 0
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_planted_fault(evaluator, fault):
+    statement, status, cause = FAULTS[fault]
+    [res] = evaluator.evaluate_sources([_planted(evaluator, statement)])
+    assert res.status == status, (res.status, res.cause)
+    assert cause.lower() in (res.cause + res.compile_log).lower()
+    assert "\n" not in res.cause
+    if fault == "segfault":  # faulthandler's report lands in the sandbox log, not on the terminal
+        assert "Segmentation fault" in evaluator.log_path.read_text()
+    _assert_good(evaluator)  # the run survives
+
+
+def test_nondeterministic_kernel_is_not_fully_stable(evaluator):
+    [res] = evaluator.evaluate_sources([_planted(evaluator, NONDETERMINISTIC)])
+    assert res.status in ("ok", "unstable"), res.cause
+    assert res.stability < 1.0
+
+
+def test_resource_exceeded_is_rejected_before_compiling(evaluator, monkeypatch):
+    device = dataclasses.replace(evaluator.backend.device, shared_mem_per_block=1024)
+    template = evaluator.workload.template("c", evaluator.problem, device)
+    big = dataclasses.replace(_planted(evaluator, ""), resources={"shared_bytes": 4096})
+    assert "shared memory" in template.resource_violation(big)
+    compiles = []
+    monkeypatch.setattr(evaluator, "template", template)
+    monkeypatch.setattr(evaluator.backend, "compile", lambda *a: compiles.append(a))
+    [res] = evaluator.evaluate_sources([big])
+    assert res.status == "resource_exceeded" and "4096" in res.cause and not compiles
+
+
+def test_duplicates_and_identical_sources_are_evaluated_once(evaluator, monkeypatch):
+    calls = []
+    real = evaluator.backend.compile
+    monkeypatch.setattr(evaluator.backend, "compile", lambda k, d: calls.append(k) or real(k, d))
+    g = _genome(evaluator)
+    results = evaluator.evaluate([g, g])
+    assert [r.genome_hash for r in results] == [g.hash, g.hash] and results[0] is not results[1]
+    assert len(calls) == 1
+    kernel = _planted(evaluator, "/* same */")
+    a, b = evaluator.evaluate_sources([kernel, kernel], ["x", "y"])
+    assert (a.genome_hash, b.genome_hash) == ("x", "y") and a.time_us == b.time_us and len(calls) == 2
+
+
+def test_render_failure_is_a_compile_error(evaluator, monkeypatch):
+    def broken(genome):
+        raise ValueError("template cannot render this")
+
+    monkeypatch.setattr(evaluator.template, "render", broken)
+    [res] = evaluator.evaluate([_genome(evaluator)])
+    assert res.status == "compile_error" and "cannot render" in res.cause
+
+
+def test_sandbox_output_goes_to_its_log(evaluator):
+    assert "[sandbox" in evaluator.log_path.read_text()
+    assert any("sandbox restarted" in line for line in evaluator.lines) or not evaluator.sandbox.restarts
+
+
+def test_timing_case_count():
+    from core.backends.base import DeviceInfo
+
+    cpu = DeviceInfo("c", 0, "cpu", 1 << 34, 2, l2_bytes=32 << 20)
+    assert 2 <= timing_case_count(1 << 20, cpu) <= 4
+    gpu = DeviceInfo("cuda", 0, "gpu", 1 << 37, 132, l2_bytes=50 << 20)
+    assert timing_case_count(1 << 20, gpu) * (1 << 20) > 50 << 20
+    assert timing_case_count(1 << 30, gpu) == 2
+
+
+class EchoServer:
+    """A sandbox server without kernels, for the watchdog's own cases."""
+
+    def __init__(self, spec: dict):
+        import os
+
+        self.pid = os.getpid()
+
+    def handle(self, request: dict) -> dict:
+        import os
+
+        if request["op"] == "quit":
+            os._exit(3)
+        return {"status": "ok", "pid": self.pid, "restart": request["op"] == "sticky"}
+
+
+def test_sandbox_restarts_after_exit_and_sticky_errors(tmp_path):
+    with Sandbox({"server": f"{__name__}:EchoServer"}, timeout_s=10, log_path=tmp_path / "s.log") as sb:
+        first = sb.call({"op": "echo"})["pid"]
+        assert sb.call({"op": "quit"}) == {"status": "crashed", "cause": "sandbox process exited with status 3"}
+        second = sb.call({"op": "sticky"})["pid"]  # a sticky device error: answered, then a fresh process
+        third = sb.call({"op": "echo"})["pid"]
+        assert len({first, second, third}) == 3 and sb.restarts == 2
