@@ -58,6 +58,7 @@ class RunWorker:
                                      "total_generations": config.generations, "hours": config.hours}
         self._beat_lock = threading.Lock()
         self._stop_beat = threading.Event()
+        self.baseline_name = "baseline"
 
     # -- heartbeat -------------------------------------------------------------------------------
     def heartbeat(self, **fields: Any) -> None:
@@ -95,6 +96,7 @@ class RunWorker:
                 self.log(f"baseline re-measured {measured['time_us']:.2f} us (stored {baseline_record['time_us']:.2f} us kept)")
             self.log(f"baseline {baseline_record['primary']}: {baseline_record['time_us']:.2f} us, "
                      f"{baseline_record['memory_bytes']} bytes on {baseline_record['device']['name']}")
+            self.baseline_name = baseline_record["primary"]
             ctx = GAContext(self.config, evaluator.template.gene_space(), Baseline.from_record(baseline_record),
                             self._counting(evaluator.evaluate), known=self.writer.evaluations())
             return self._generations(ctx, read_control)
@@ -199,12 +201,11 @@ class RunWorker:
         self.heartbeat(generation=generation, elapsed_s=elapsed, evaluations=evaluations,
                        evals_per_s=summary["evals_per_s"], phase="")
         best = max(population, key=lambda i: i.fitness)
-        speed = f"{best.time_term:.3f}x baseline" if best.time_term else "no viable kernel"
+        champion = (f"champion {best.measure['time_us']:.2f}us ({best.time_term:.3f}x {self.baseline_name})"
+                    if best.ok else "no viable kernel yet")
         budget = f"/{self.config.generations}" if self.config.generations else ""
         self.log(f"gen {generation}{budget} best {summary['best_fitness']:.4f} mean {summary['mean_fitness']:.4f} "
-                 f"lethal {summary['n_lethal']}/{len(population)} new {len(new)} "
-                 f"best_time {summary['best_time_us'] or float('nan'):.2f}us ({speed}) {gen_seconds:.1f}s")
-
+                 f"lethal {summary['n_lethal']}/{len(population)} new {len(new)} {champion} {gen_seconds:.1f}s")
 
 def _seeded(seed: int):
     import random

@@ -1,0 +1,209 @@
+"""Export champion kernels: one self-contained folder per kernel, or a zip of them all.
+
+Each folder holds the kernel source (``kernel.c``/``kernel.cu``/``kernel.py``), ``launch.json``,
+``genome.json``, ``report.json`` (measurements, baseline, device, versions, verification) and
+``run_kernel.py`` (the workload template's standalone script: recompile, re-verify, time).
+
+A running run is exported from its ``live/`` Parquet, like the dashboard reads it; a finished run
+whose ``live/`` is gone is read from ``run.duckdb`` opened read-only for the moment of the copy.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import platform
+import shutil
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import logging
+
+import pandas as pd
+
+from store.reader import RunReader
+from store.runs import CONFIG, DB, LIVE, atomic_write_json
+from store.schema import StoreError, select_list
+
+log = logging.getLogger(__name__)
+SOURCE_NAMES = {"c": "kernel.c", "cuda": "kernel.cu", "triton": "kernel.py"}
+WHICH = ("champion", "top", "pareto")
+_MEASURES = ("fitness", "time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes", "stability",
+             "time_term", "memory_term", "stability_term", "pareto_rank", "compile_s", "eval_s")
+
+
+def export_champions(run_dir: Path | str, out_dir: Path | str, which: str = "champion", k: int = 5) -> Path:
+    """Export the run's best kernels into ``out_dir`` (created; refused if it exists and is not empty).
+
+    ``which``: ``champion`` (the fittest ok individual), ``top`` (the ``k`` fittest distinct
+    genomes) or ``pareto`` (the last generation's first Pareto front, fittest first, at most ``k``).
+    Returns ``out_dir``. StoreError when the run has nothing to export.
+    """
+    if which not in WHICH:
+        raise ValueError(f"which must be one of {', '.join(WHICH)} (got {which!r})")
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise StoreError(f"export folder {out} exists and is not empty")
+    run = Path(run_dir)
+    with tempfile.TemporaryDirectory(prefix="abebot-export-") as scratch:
+        reader = RunReader(run)
+        if reader.generations(["generation"]).empty and (run / DB).exists() and reader.status() not in (
+                "running", "paused", "starting"):
+            reader = RunReader(_mirror_from_db(run, Path(scratch)))
+        rows = _choose(reader, which, k)
+        if not rows:
+            raise StoreError(f"run {run.name} has no successful individual to export")
+        cfg, baseline = reader.config(), reader.baseline() or {}
+        out.mkdir(parents=True, exist_ok=True)
+        index = []
+        for rank, row in enumerate(rows, 1):
+            folder = out / f"{rank:02d}_{row['genome_hash']}"
+            problem = _export_one(folder, row, reader.kernel(row["source_hash"]) if row.get("source_hash") else None,
+                                  cfg, baseline, run.name, which, rank)
+            index.append({"folder": folder.name, **{k_: row.get(k_) for k_ in
+                                                    ("generation", "genome_hash", "fitness", "time_us", "memory_bytes")},
+                          **({"standalone_error": problem} if problem else {})})
+        atomic_write_json(out / "index.json", {"run_id": run.name, "which": which, "kernels": index,
+                                               "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return out
+
+
+def export_zip(run_dir: Path | str, which: str = "champion", k: int = 5) -> bytes:
+    """The same export as a zip archive (for a download button); entries under ``<run_id>-<which>/``."""
+    run = Path(run_dir)
+    with tempfile.TemporaryDirectory(prefix="abebot-zip-") as tmp:
+        folder = export_champions(run, Path(tmp) / "export", which, k)
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+            for path in sorted(folder.rglob("*")):
+                if path.is_file():
+                    zf.write(path, f"{run.name}-{which}/{path.relative_to(folder)}")
+        return buf.getvalue()
+
+
+def _choose(reader: RunReader, which: str, k: int) -> list[dict]:
+    if which == "champion":
+        best = reader.champion()
+        return [best] if best else []
+    if which == "top":
+        frame = reader.top(k)
+    else:
+        gens = reader.generations(["generation"])
+        if gens.empty:
+            return []
+        last = reader.individuals(int(gens["generation"].iloc[-1]))
+        ok = last[(last["status"] == "ok") & last["pareto_rank"].notna()]
+        if ok.empty:
+            return _choose(reader, "champion", k)
+        front = ok[ok["pareto_rank"] == ok["pareto_rank"].min()]
+        frame = front.drop_duplicates("genome_hash").sort_values("fitness", ascending=False).head(k)
+    return [_plain(r) for r in frame.to_dict("records")]
+
+
+def _export_one(folder: Path, row: dict, kernel: dict | None, cfg: dict, baseline: dict, run_id: str,
+                which: str, rank: int) -> str | None:
+    """Write one kernel's folder; returns why run_kernel.py is missing, if it is."""
+    from core.backends.base import DeviceInfo, KernelSource
+
+    folder.mkdir()
+    if kernel is None:
+        raise StoreError(f"run {run_id}: kernel {row.get('source_hash')} of {row['genome_hash']} is not stored")
+    backend = kernel.get("backend") or cfg.get("backend", "c")
+    flags, launch, resources = (_loads(kernel.get(key), default) for key, default in
+                                (("flags", []), ("launch", {}), ("resources", {})))
+    (folder / SOURCE_NAMES.get(backend, "kernel.txt")).write_text(kernel["source"])
+    _dump(folder / "launch.json", {"backend": backend, "entry": kernel.get("entry"), "flags": flags,
+                                   "launch": launch, "resources": resources})
+    _dump(folder / "genome.json", _loads(row.get("genome"), {}))
+    device_raw = baseline.get("device") or {}
+    known = {f.name for f in dataclasses.fields(DeviceInfo)}
+    device_fields = {"backend": backend, "index": 0, "name": "unknown", "memory_bytes": 0, "multiprocessors": 0,
+                     **{key: v for key, v in device_raw.items() if key in known}}
+    report = {
+        "run_id": run_id, "selection": which, "rank": rank, "generation": row.get("generation"),
+        "genome_hash": row["genome_hash"], "source_hash": row.get("source_hash"), "origin": row.get("origin"),
+        "parents": _loads(row.get("parents"), []),
+        "measurements": {key: row.get(key) for key in _MEASURES},
+        "verification": {"status": row.get("status"), "cause": row.get("cause"), "max_abs_err": row.get("max_abs_err"),
+                         "rel_err": row.get("rel_err"), "stability": row.get("stability"), "reused": row.get("reused"),
+                         "compile_log": kernel.get("compile_log")},
+        "vs_baseline": _ratios(row, baseline),
+        "baseline": {key: v for key, v in baseline.items() if key != "device"},
+        "device": device_raw,
+        "versions": {"device": device_raw.get("versions", {}), **_versions()},
+        "config": cfg,
+    }
+    try:
+        from core.workloads import get_workload
+
+        device = DeviceInfo(**device_fields)
+        template = get_workload(cfg["workload"]).template(cfg["backend"], cfg.get("problem", {}), device)
+        script = template.standalone_script(KernelSource(backend=backend, source=kernel["source"],
+                                                         entry=kernel.get("entry") or "", flags=tuple(flags),
+                                                         launch=launch, resources=resources))
+        (folder / "run_kernel.py").write_text(script)
+    except Exception as exc:  # the export stays useful without the script; say why it is missing
+        report["standalone_error"] = f"{type(exc).__name__}: {exc}"
+        log.warning("run %s: no run_kernel.py for %s: %s", run_id, row["genome_hash"], report["standalone_error"])
+    _dump(folder / "report.json", report)
+    return report.get("standalone_error")
+
+
+def _ratios(row: dict, baseline: dict) -> dict:
+    out = {}
+    if row.get("time_us") and baseline.get("time_us"):
+        out["speedup"] = baseline["time_us"] / row["time_us"]
+    if row.get("memory_bytes") and baseline.get("memory_bytes"):
+        out["memory_ratio"] = row["memory_bytes"] / baseline["memory_bytes"]
+    return out
+
+
+def _versions() -> dict:
+    import duckdb
+    import pyarrow
+
+    return {"python": platform.python_version(), "platform": platform.platform(), "duckdb": duckdb.__version__,
+            "pandas": pd.__version__, "pyarrow": pyarrow.__version__}
+
+
+def _mirror_from_db(run: Path, scratch: Path) -> Path:
+    """Copy a finished run's tables to a scratch run folder as live/ Parquet (DB open read-only, briefly)."""
+    import duckdb
+
+    dest = scratch / run.name
+    (dest / LIVE / "individuals").mkdir(parents=True)
+    (dest / LIVE / "kernels").mkdir(parents=True)
+    shutil.copy(run / CONFIG, dest / CONFIG)
+    try:
+        con = duckdb.connect(str(run / DB), read_only=True)
+    except duckdb.Error as exc:
+        raise StoreError(f"run {run.name}: cannot read run.duckdb ({str(exc).splitlines()[0]})") from None
+    try:
+        for table, target in (("individuals", "individuals/chunk_00000000_99999999.parquet"),
+                              ("kernels", "kernels/chunk_00000000_99999999.parquet"),
+                              ("generations", "generations.parquet")):
+            con.execute(f"COPY (SELECT {select_list(table)} FROM {table} ORDER BY generation, rowid) "
+                        f"TO '{dest / LIVE / target}' (FORMAT parquet)")
+        base = (con.execute("SELECT baseline FROM runs").fetchall() or [None])[0]
+    finally:
+        con.close()
+    if base and base[0]:
+        atomic_write_json(dest / LIVE / "baseline.json", json.loads(base[0]))
+    return dest
+
+
+def _loads(value, default):
+    if value is None or (isinstance(value, float) and value != value):
+        return default
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _plain(row: dict) -> dict:
+    return {k: (None if v is pd.NA or (isinstance(v, float) and v != v) else (v.item() if hasattr(v, "item") else v))
+            for k, v in row.items()}
+
+
+def _dump(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

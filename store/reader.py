@@ -1,0 +1,203 @@
+"""The dashboard side: reads a run from ``live/`` Parquet, ``heartbeat.json`` and ``worker.log``.
+
+It never opens ``run.duckdb`` (a reader would block the worker's writes). Queries run on an
+in-memory DuckDB connection over ``read_parquet``. ``live/individuals/`` and ``live/kernels/`` hold
+one ``gen_XXXXXXXX.parquet`` per generation until the writer merges a run of them into a
+``chunk_FIRST_LAST.parquet``; a gen file a chunk covers is ignored, and since compaction deletes gen
+files while we may be reading them, a query whose file vanished is retried on a fresh listing.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from store.runs import CONFIG, HEARTBEAT, LIVE, LOG, effective_status, read_json
+from store.schema import StoreError, columns, empty_frame
+
+_PART = re.compile(r"^(?:gen_(\d{8})|chunk_(\d{8})_(\d{8}))\.parquet$")
+_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class Part:
+    """One live Parquet file holding generations ``first`` .. ``last``."""
+
+    first: int
+    last: int
+    path: Path
+
+
+def live_parts(folder: Path, include_covered: bool = False) -> list[Part]:
+    """The live files of one dataset in generation order; gen files a chunk covers are left out."""
+    parts = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        m = _PART.match(entry.name)
+        if m:
+            first, last = (int(m[1]), int(m[1])) if m[1] else (int(m[2]), int(m[3]))
+            parts.append(Part(first, last, Path(entry.path)))
+    parts.sort(key=lambda p: (p.first, p.last))
+    if include_covered:
+        return parts
+    chunks = [p for p in parts if p.path.name.startswith("chunk_")]
+    return [p for p in parts if p in chunks or not any(c.first <= p.first <= c.last for c in chunks)]
+
+
+class RunReader:
+    """Read-only view of one run folder, safe while the worker writes it.
+
+    Frames keep JSON columns (genome, parents, resources, lethal_causes...) as JSON text.
+    """
+
+    def __init__(self, run_dir: Path | str):
+        self.path = Path(run_dir)
+        if not self.path.is_dir():
+            raise StoreError(f"no run folder at {self.path}")
+        self._con = duckdb.connect(":memory:")
+        self._mutex = threading.Lock()
+
+    def config(self) -> dict:
+        """The run's configuration (config.json); StoreError when it is missing or corrupt."""
+        cfg = read_json(self.path / CONFIG)
+        if not isinstance(cfg, dict):
+            raise StoreError(f"run {self.path.name}: config.json is missing or not valid JSON")
+        return cfg
+
+    def heartbeat(self) -> dict | None:
+        hb = read_json(self.path / HEARTBEAT)
+        return hb if isinstance(hb, dict) else None
+
+    def status(self) -> str:
+        """running, paused, finished, stopped, failed; ``dead`` for a running/paused run whose worker
+        is gone or silent too long (see :func:`store.runs.effective_status`); ``starting`` briefly
+        before the first heartbeat."""
+        return effective_status(self.path, self.heartbeat())
+
+    def baseline(self) -> dict | None:
+        data = read_json(self.path / LIVE / "baseline.json")
+        return data if isinstance(data, dict) else None
+
+    def generations(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """One row per committed generation, in order (empty frame before the first commit)."""
+        path = self.path / LIVE / "generations.parquet"
+        cols = _select(columns, "generations")
+        return self._query("generations", lambda: [path] if path.exists() else [],
+                           f"SELECT {cols} FROM read_parquet($files) ORDER BY generation", {}, columns)
+
+    def individuals(self, generation: int | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+        """Individuals of one generation (only its file is read), or of every generation.
+
+        ``columns`` picks columns (an extension of the contract: the whole history of 5,000
+        generations is cheap with a few numeric columns, not with every genome's JSON).
+        """
+        cols = _select(columns, "individuals")
+        if generation is None:
+            return self._query("individuals", lambda: self._files("individuals"),
+                               f"SELECT {cols} FROM read_parquet($files, union_by_name = true)", {}, columns)
+        g = int(generation)
+        return self._query("individuals", lambda: self._files("individuals", g),
+                           f"SELECT {cols} FROM read_parquet($files, union_by_name = true) WHERE generation = $g",
+                           {"g": g}, columns)
+
+    def top(self, k: int = 5) -> pd.DataFrame:
+        """The ``k`` fittest ok individuals over all generations, one row per kernel (its best showing)."""
+        # Rank on a few columns over every file, then read whole rows only from the winners' files.
+        best = self._query(
+            "individuals", lambda: self._files("individuals"),
+            "SELECT generation, genome_hash FROM read_parquet($files, union_by_name = true) "
+            "WHERE status = 'ok' AND fitness IS NOT NULL "
+            "QUALIFY row_number() OVER (PARTITION BY coalesce(source_hash, genome_hash) "
+            "ORDER BY fitness DESC, generation) = 1 "
+            "ORDER BY fitness DESC, generation, genome_hash LIMIT $k", {"k": int(k)}, ["generation", "genome_hash"])
+        if best.empty:
+            return empty_frame("individuals")
+        rows = []
+        for g, hashes in best.groupby("generation", sort=False)["genome_hash"]:
+            frame = self.individuals(int(g))
+            rows.append(frame[frame["genome_hash"].isin(set(hashes))].drop_duplicates("genome_hash"))
+        out = pd.concat(rows, ignore_index=True)
+        return out.sort_values(["fitness", "generation", "genome_hash"], ascending=[False, True, True],
+                               ignore_index=True)
+
+    def champion(self) -> dict | None:
+        """The fittest ok individual of the whole run, with ``source`` (its kernel source) and
+        ``kernel`` (its whole kernels row), or None while no individual is ok."""
+        best = self.top(1)
+        if best.empty:
+            return None
+        row = _record(best.iloc[0])
+        row["kernel"] = self.kernel(row["source_hash"]) if row.get("source_hash") else None
+        row["source"] = (row["kernel"] or {}).get("source")
+        return row
+
+    def kernel(self, source_hash: str) -> dict | None:
+        """A kernel's source, flags, launch and resources by its hash, or None."""
+        frame = self._query("kernels", lambda: self._files("kernels"),
+                            "SELECT * FROM read_parquet($files, union_by_name = true) WHERE source_hash = $h LIMIT 1",
+                            {"h": str(source_hash)}, None)
+        return None if frame.empty else _record(frame.iloc[0])
+
+    def log_tail(self, n: int = 50) -> list[str]:
+        """The last ``n`` lines of worker.log (empty when there is none)."""
+        try:
+            with open(self.path / LOG, "rb") as f:
+                end = f.seek(0, os.SEEK_END)
+                data = b""
+                while end > 0 and data.count(b"\n") <= n:
+                    step = min(65536, end)
+                    end -= step
+                    f.seek(end)
+                    data = f.read(step) + data
+        except OSError:
+            return []
+        return data.decode(errors="replace").splitlines()[-n:] if n > 0 else []
+
+    # -- plumbing ----------------------------------------------------------------------------------
+    def _files(self, dataset: str, generation: int | None = None) -> list[Path]:
+        parts = live_parts(self.path / LIVE / dataset)
+        if generation is not None:
+            parts = [p for p in parts if p.first <= generation <= p.last]
+        return [p.path for p in parts]
+
+    def _query(self, dataset: str, files, sql: str, params: dict, cols: list[str] | None) -> pd.DataFrame:
+        for attempt in range(_RETRIES):
+            paths = files()
+            if not paths:
+                return empty_frame(dataset, cols)
+            try:
+                with self._mutex:
+                    return self._con.sql(sql, params={**params, "files": [str(p) for p in paths]}).df()
+            except duckdb.IOException:
+                if attempt == _RETRIES - 1 or all(p.exists() for p in paths):
+                    raise
+                time.sleep(0.02 * (attempt + 1))  # compaction replaced files under us: list again
+        raise AssertionError("unreachable")
+
+
+def _select(cols: list[str] | None, dataset: str) -> str:
+    if not cols:
+        return "*"
+    known = set(columns(dataset))
+    bad = [c for c in cols if c not in known]
+    if bad:
+        raise ValueError(f"unknown {dataset} columns: {', '.join(bad)}")
+    return ", ".join(f'"{c}"' for c in cols)
+
+
+def _record(row: pd.Series) -> dict:
+    out = {}
+    for key, value in row.items():
+        if hasattr(value, "item"):
+            value = value.item()
+        out[key] = None if value is pd.NA or (isinstance(value, float) and value != value) else value
+    return out

@@ -1,0 +1,218 @@
+"""The runs folder: run ids, safe run paths, atomic files, liveness, and the list of runs.
+
+Layout of one run (``<runs_dir>/<run_id>/``)::
+
+    config.json      the RunConfig as JSON (written once)
+    run.duckdb       the database; only the worker opens it while the run is alive
+    live/            Parquet mirrors of committed generations (derived; rebuilt from the DB)
+    heartbeat.json   the worker's pid, status, progress (atomic)
+    control.json     pause/resume/stop from the dashboard (atomic)
+    worker.log       the worker's log
+    worker.lock      flock'd by the writer
+
+Nothing here opens DuckDB, so the dashboard can list runs while they are written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from core.config import RUN_ID_RE
+
+CONFIG, DB, LIVE, HEARTBEAT, CONTROL, LOG, LOCK = (
+    "config.json", "run.duckdb", "live", "heartbeat.json", "control.json", "worker.log", "worker.lock")
+STATUSES = ("running", "paused", "finished", "stopped", "failed")
+# A worker heartbeats at least once per generation and during long evaluations; a heartbeat this
+# old means the worker is gone or hung even when its pid lives (another host, pid reuse). A worker
+# with slower heartbeats widens it by writing ``stale_after_s`` into its heartbeat.
+STALE_AFTER_S = 15 * 60
+# A run folder with config.json but no heartbeat yet is "starting" for this long, then "dead".
+START_GRACE_S = 120
+
+
+def new_run_id(workload: str, backend: str) -> str:
+    """A fresh, sortable run id such as ``20261129-204512-gemm-c-a1b2`` (matches RUN_ID_RE)."""
+    def clean(s: str) -> str:
+        return "".join(ch for ch in s if ch.isascii() and (ch.isalnum() or ch == "_"))[:20] or "x"
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{clean(workload)}-{clean(backend)}-{secrets.token_hex(2)}"
+    assert RUN_ID_RE.match(run_id), run_id
+    return run_id
+
+
+def run_dir(runs_dir: Path | str, run_id: str) -> Path:
+    """``runs_dir/run_id``; ValueError unless ``run_id`` is a valid id that stays inside ``runs_dir``.
+
+    Symlinks are resolved, so a run folder that links elsewhere is refused too.
+    """
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise ValueError(f"invalid run id {run_id!r}")
+    root = Path(runs_dir).resolve()
+    path = (root / run_id).resolve()
+    if path.parent != root:
+        raise ValueError(f"run id {run_id!r} resolves outside {root}")
+    return path
+
+
+def atomic_write_bytes(path: Path | str, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the new one, never a torn one.
+
+    ``durable`` also fsyncs the file and its folder so the new version survives a power cut;
+    heartbeats skip it (an old or missing heartbeat after a power cut is harmless).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if durable:
+        fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path | str, obj: Any, durable: bool = True) -> None:
+    atomic_write_bytes(path, json.dumps(obj, indent=1, sort_keys=True, default=str).encode(), durable)
+
+
+def fsync_dir(path: Path | str) -> None:
+    """Make a rename in ``path`` durable (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path | str) -> Any:
+    """Parsed JSON, or None when the file is missing or not valid JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (Linux), to tell a live worker from a reused pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after "pid (comm)"
+
+
+def pid_alive(pid: int, start: str | None = None) -> bool:
+    """Whether ``pid`` runs on this host (and, when ``start`` is given, is the same process)."""
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, ValueError, TypeError):
+        return False
+    if start is not None:
+        now = process_start(int(pid))
+        if now is not None and now != start:
+            return False
+    return True
+
+
+def this_process() -> dict:
+    """Identity fields a heartbeat carries so others can check the writer is alive."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "pid_start": process_start(os.getpid())}
+
+
+def effective_status(path: Path | str, heartbeat: dict | None = None, now: float | None = None) -> str:
+    """The run's status as the dashboard should show it.
+
+    The recorded status, except ``dead`` when it says running/paused but its worker is gone: the pid
+    is not alive on this host (or is a different process now), or the heartbeat is older than
+    ``STALE_AFTER_S`` (or the heartbeat's own ``stale_after_s``). ``starting`` when there is no
+    heartbeat yet and config.json is younger than ``START_GRACE_S``.
+    """
+    path = Path(path)
+    now = time.time() if now is None else now
+    hb = read_json(path / HEARTBEAT) if heartbeat is None else heartbeat
+    if not isinstance(hb, dict):
+        try:
+            young = now - (path / CONFIG).stat().st_mtime < START_GRACE_S
+        except OSError:
+            young = False
+        return "starting" if young else "dead"
+    status = str(hb.get("status") or "dead")
+    if status not in ("running", "paused"):
+        return status
+    stale = float(hb.get("stale_after_s") or STALE_AFTER_S)
+    if now - float(hb.get("updated_at") or 0) > stale:
+        return "dead"
+    if hb.get("host") in (None, socket.gethostname()) and not pid_alive(hb.get("pid"), hb.get("pid_start")):
+        return "dead"
+    return status
+
+
+def list_runs(runs_dir: Path | str) -> list[dict]:
+    """Every run in ``runs_dir``, newest first, without opening any database.
+
+    Keys: run_id, workload, backend, status, generation, best_fitness, created_at, updated_at,
+    total_generations, message. Folders that are not runs (``.cache``, stray files) are skipped; a
+    run whose config.json is unreadable is listed with status ``corrupt``.
+    """
+    root = Path(runs_dir)
+    out: list[dict] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False) or not RUN_ID_RE.match(entry.name):
+            continue
+        path = Path(entry.path)
+        if not (path / CONFIG).exists():
+            continue
+        cfg = read_json(path / CONFIG)
+        hb = read_json(path / HEARTBEAT)
+        hb = hb if isinstance(hb, dict) else None
+        try:
+            mtime = (path / CONFIG).stat().st_mtime
+        except OSError:
+            continue
+        row = {
+            "run_id": entry.name,
+            "workload": cfg.get("workload") if isinstance(cfg, dict) else None,
+            "backend": cfg.get("backend") if isinstance(cfg, dict) else None,
+            "status": effective_status(path, hb) if isinstance(cfg, dict) else "corrupt",
+            "generation": (hb or {}).get("generation"),
+            "best_fitness": _best_fitness(path),
+            "created_at": (hb or {}).get("created_at", mtime),
+            "updated_at": (hb or {}).get("updated_at", mtime),
+            "total_generations": (hb or {}).get("total_generations",
+                                                cfg.get("generations") if isinstance(cfg, dict) else None),
+            "message": (hb or {}).get("message", "" if isinstance(cfg, dict) else "config.json unreadable"),
+        }
+        out.append(row)
+    out.sort(key=lambda r: (r["created_at"] or 0, r["run_id"]), reverse=True)
+    return out
+
+
+def _best_fitness(path: Path) -> float | None:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        col = pq.read_table(path / LIVE / "generations.parquet", columns=["best_fitness"]).column(0)
+    except (OSError, ValueError, KeyError):
+        return None
+    best = pc.max(col).as_py() if len(col) else None
+    return float(best) if best is not None else None

@@ -1,0 +1,137 @@
+"""The run database's tables, and the Arrow schemas of their ``live/`` Parquet mirrors.
+
+One column list per table drives everything: the DDL, the Arrow schema the writer builds rows
+with, the empty frames the reader returns before anything is committed. Change a column here and
+bump :data:`SCHEMA_VERSION`.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+
+class StoreError(Exception):
+    """A run folder or its database cannot be used; the message says which and why, in one line."""
+
+
+# (name, DuckDB type, Arrow type). JSON columns travel as text in Arrow and Parquet.
+_T = {"VARCHAR": pa.string(), "JSON": pa.string(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(),
+      "BOOLEAN": pa.bool_()}
+
+
+def _cols(spec: str) -> list[tuple[str, str]]:
+    return [tuple(part.split()) for part in spec.split(",")]  # type: ignore[misc]
+
+
+INDIVIDUALS = _cols(
+    "generation BIGINT, genome_hash VARCHAR, genome JSON, parents JSON, origin VARCHAR, status VARCHAR,"
+    "cause VARCHAR, fitness DOUBLE, time_us DOUBLE, time_spread_us DOUBLE, memory_bytes BIGINT,"
+    "extra_bytes BIGINT, onchip_bytes BIGINT, stability DOUBLE, time_term DOUBLE, memory_term DOUBLE,"
+    "stability_term DOUBLE, pareto_rank BIGINT, source_hash VARCHAR, compile_s DOUBLE, eval_s DOUBLE,"
+    "max_abs_err DOUBLE, rel_err DOUBLE, resources JSON, reused BOOLEAN"
+)
+GENERATIONS = _cols(
+    "generation BIGINT, best_fitness DOUBLE, mean_fitness DOUBLE, worst_fitness DOUBLE, n_evaluated BIGINT,"
+    "n_lethal BIGINT, best_time_us DOUBLE, best_memory_bytes BIGINT, diversity DOUBLE, lethal_causes JSON,"
+    "champion_hash VARCHAR, elapsed_s DOUBLE, evals_per_s DOUBLE, finished_at DOUBLE"
+)
+# ``generation`` is the generation that first used the kernel: it partitions live/kernels/.
+KERNELS = _cols(
+    "source_hash VARCHAR, generation BIGINT, backend VARCHAR, entry VARCHAR, source VARCHAR, flags JSON,"
+    "launch JSON, resources JSON, compile_log VARCHAR"
+)
+TABLES = {"individuals": INDIVIDUALS, "generations": GENERATIONS, "kernels": KERNELS}
+
+DDL = f"""
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, created_at DOUBLE, config JSON, status VARCHAR,
+                   message VARCHAR, baseline JSON, updated_at DOUBLE);
+CREATE TABLE generations (run_id VARCHAR NOT NULL, {", ".join(f"{n} {t}" for n, t in GENERATIONS)},
+                          PRIMARY KEY (run_id, generation));
+CREATE TABLE individuals (run_id VARCHAR NOT NULL, {", ".join(f"{n} {t}" for n, t in INDIVIDUALS)});
+CREATE TABLE kernels ({", ".join(f"{n} {t}" for n, t in KERNELS)}, PRIMARY KEY (source_hash));
+CREATE TABLE ga_state (run_id VARCHAR NOT NULL, generation BIGINT NOT NULL, state JSON,
+                       PRIMARY KEY (run_id, generation));
+INSERT INTO schema_version VALUES ({SCHEMA_VERSION});
+"""
+
+
+def arrow_schema(table: str) -> pa.Schema:
+    """The Arrow schema of ``table``'s live Parquet files (no ``run_id``: one run per folder)."""
+    return pa.schema([(name, _T[kind]) for name, kind in TABLES[table]])
+
+
+def columns(table: str) -> list[str]:
+    return [name for name, _ in TABLES[table]]
+
+
+def json_columns(table: str) -> set[str]:
+    return {name for name, kind in TABLES[table] if kind == "JSON"}
+
+
+def select_list(table: str) -> str:
+    """Columns for ``SELECT`` from the database in Arrow-schema order, JSON cast to text."""
+    return ", ".join(f"CAST({n} AS VARCHAR) AS {n}" if k == "JSON" else n for n, k in TABLES[table])
+
+
+def empty_frame(table: str, cols: list[str] | None = None) -> pd.DataFrame:
+    """A frame with ``table``'s columns and dtypes and no rows."""
+    frame = arrow_schema(table).empty_table().to_pandas()
+    return frame[cols] if cols else frame
+
+
+def json_text(value: Any) -> str | None:
+    """Text for a JSON column: strings pass through (already JSON), objects are dumped."""
+    if value is None or isinstance(value, str):
+        return value
+    if hasattr(value, "to_json"):  # Genome
+        return value.to_json()
+    return json.dumps(value, sort_keys=True, default=_default)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, (tuple, set, frozenset)):
+        return list(value)
+    if hasattr(value, "items"):  # MappingProxyType
+        return dict(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def to_arrow(table: str, rows: list[dict], **fixed: Any) -> pa.Table:
+    """Rows (dicts; missing keys are null, unknown keys ignored) as an Arrow table of ``table``'s schema."""
+    schema = arrow_schema(table)
+    jcols = json_columns(table)
+    data: dict[str, list] = {}
+    for field in schema:
+        name = field.name
+        if name in fixed:
+            data[name] = [fixed[name]] * len(rows)
+        elif name in jcols:
+            data[name] = [json_text(r.get(name)) for r in rows]
+        else:
+            data[name] = [_scalar(r.get(name), field.type) for r in rows]
+    try:
+        return pa.table(data, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        raise StoreError(f"bad {table} row: {exc}") from None
+
+
+def _scalar(value: Any, kind: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if hasattr(value, "item"):  # numpy scalars
+        value = value.item()
+    if pa.types.is_floating(kind):
+        return float(value)
+    if pa.types.is_integer(kind):
+        return None if isinstance(value, float) and value != value else int(value)
+    if pa.types.is_boolean(kind):
+        return bool(value)
+    return str(value)

@@ -1,0 +1,396 @@
+"""The worker side: the only process that opens a run's ``run.duckdb``.
+
+Each generation is one transaction (individuals, new kernels, the generation row, the GA state).
+After it commits, the generation is mirrored to ``live/`` as Parquet with atomic renames, and
+``heartbeat.json`` is rewritten; the dashboard reads only those. ``live/`` is derived data: when
+the worker dies between COMMIT and the Parquet write, :meth:`RunWriter.open` rebuilds what is missing.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from store.reader import live_parts
+from store.runs import (CONFIG, DB, HEARTBEAT, LIVE, LOCK, STATUSES, atomic_write_json, fsync_dir, read_json,
+                        run_dir, this_process)
+from store.schema import DDL, SCHEMA_VERSION, StoreError, arrow_schema, select_list, to_arrow
+
+log = logging.getLogger(__name__)
+_OWN_FIELDS = {"run_id", "pid", "host", "pid_start", "status", "message", "generation", "created_at", "updated_at"}
+COMPACT_EVERY = 64  # per-generation Parquet files merged into one chunk, so readers glob ~N/64 files
+KEEP_STATES = 4  # GA states kept (all genomes stay in ``individuals``; a state holds the RNG too)
+
+
+class RunWriter:
+    """Writes one run. Holds ``worker.lock`` (flock) from create/open until :meth:`close`."""
+
+    compact_every = COMPACT_EVERY
+
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, lock_fd: int):
+        self.path, self._con, self._lock_fd = path, con, lock_fd
+        self._mutex = threading.RLock()
+        row = _one(con, "SELECT run_id, status, message, created_at FROM runs")
+        self.run_id, self._status, self._message, self._created_at = row
+        self._generation = _one(con, "SELECT max(generation) FROM generations")[0]
+        self._hb: dict[str, Any] = {}
+        self._live_dirty = False
+
+    # -- opening -----------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, runs_dir: Path | str, run_id: str, config: dict) -> "RunWriter":
+        """Create the run folder (it may already hold config.json and worker.log) and its database.
+
+        StoreError when the run already has a database; ValueError for an invalid run id.
+        """
+        path = run_dir(runs_dir, run_id)
+        if hasattr(config, "to_json"):  # a RunConfig
+            config = json.loads(config.to_json())
+        if (path / DB).exists():
+            raise StoreError(f"run {run_id} already exists at {path}")
+        path.mkdir(parents=True, exist_ok=True)
+        lock_fd, _ = _lock(path, run_id)
+        try:
+            atomic_write_json(path / CONFIG, config)
+            con = duckdb.connect(str(path / DB))
+            now = time.time()
+            con.execute("BEGIN")
+            con.execute(DDL)
+            con.execute("INSERT INTO runs VALUES (?, ?, ?, 'running', '', NULL, ?)",
+                        [run_id, now, json.dumps(config, sort_keys=True), now])
+            con.execute("COMMIT")
+            con.execute("CHECKPOINT")
+        except BaseException:
+            _unlock(lock_fd)
+            raise
+        writer = cls(path, con, lock_fd)
+        writer._sync_live()
+        writer.heartbeat()
+        return writer
+
+    @classmethod
+    def open(cls, path: Path | str) -> "RunWriter":
+        """Open an existing run to resume it; StoreError (one line) if it is missing, corrupt or locked.
+
+        Brings ``live/`` up to date with the database before returning.
+        """
+        path = Path(path)
+        if not path.is_dir():
+            raise StoreError(f"no run folder at {path}")
+        if not isinstance(read_json(path / CONFIG), dict):
+            raise StoreError(f"run {path.name}: config.json is missing or not valid JSON")
+        if not (path / DB).is_file():
+            raise StoreError(f"run {path.name}: run.duckdb is missing")
+        lock_fd, created_lock = _lock(path, path.name)
+        con = None
+        try:
+            con = duckdb.connect(str(path / DB))
+            version = _one(con, "SELECT max(version) FROM schema_version")[0]
+            if version != SCHEMA_VERSION:
+                raise StoreError(f"run {path.name}: run.duckdb has schema version {version}, expected {SCHEMA_VERSION}")
+            if _one(con, "SELECT count(*) FROM runs")[0] != 1:
+                raise StoreError(f"run {path.name}: run.duckdb has no run record")
+            for table in ("runs", "generations", "individuals", "kernels", "ga_state"):
+                # read every block once, so a damaged file fails here, before live/ is touched
+                con.execute(f"SELECT count(*), max(hash(COLUMNS(*))) FROM {table}").fetchall()
+            writer = cls(path, con, lock_fd)
+            writer._sync_live()
+        except BaseException as exc:
+            if con is not None:
+                con.close()
+            _unlock(lock_fd, path / LOCK if created_lock else None)
+            if isinstance(exc, duckdb.Error):
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise StoreError(f"run {path.name}: run.duckdb is corrupt or unreadable ({first})") from None
+            raise
+        previous = read_json(path / HEARTBEAT)
+        if isinstance(previous, dict):  # keep the worker's fields (total_generations, started_at...)
+            writer._hb = {k: v for k, v in previous.items() if k not in _OWN_FIELDS}
+        writer.heartbeat()
+        return writer
+
+    def close(self) -> None:
+        """Checkpoint and close the database and release the lock (idempotent)."""
+        with self._mutex:
+            if self._con is None:
+                return
+            try:
+                self._con.execute("CHECKPOINT")
+            except duckdb.Error:
+                pass
+            self._con.close()
+            self._con = None
+            _unlock(self._lock_fd)
+
+    def __enter__(self) -> "RunWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- run record --------------------------------------------------------------------------------
+    def set_baseline(self, baseline: dict) -> None:
+        """Store the evaluator's baseline record (device, baseline timings) and mirror it to live/."""
+        with self._mutex:
+            self._db.execute("UPDATE runs SET baseline = ?, updated_at = ?",
+                             [json.dumps(baseline, sort_keys=True, default=str), time.time()])
+        atomic_write_json(self._live / "baseline.json", baseline)
+
+    def baseline(self) -> dict | None:
+        with self._mutex:
+            text = _one(self._db, "SELECT baseline FROM runs")[0]
+        return json.loads(text) if text else None
+
+    def set_status(self, status: str, message: str = "") -> None:
+        """Record ``running``, ``paused``, ``finished``, ``stopped`` or ``failed`` (and a one-line message)."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r} (choose from: {', '.join(STATUSES)})")
+        with self._mutex:
+            self._db.execute("UPDATE runs SET status = ?, message = ?, updated_at = ?", [status, message, time.time()])
+            self._status, self._message = status, message
+            self.heartbeat()
+
+    def heartbeat(self, **fields: Any) -> None:
+        """Rewrite heartbeat.json atomically: run_id, pid, host, status, generation (the last committed;
+        absent before the first commit), updated_at (epoch seconds), plus
+        every field given now or earlier (phase, evaluations, evals_per_s, total_generations, ...).
+
+        A ``status`` (and ``message``) different from the recorded one goes through :meth:`set_status`;
+        ``run_id``, ``pid`` and ``generation`` are always the writer's own. Safe to call from a
+        background thread.
+        """
+        with self._mutex:
+            status, message = fields.pop("status", self._status), fields.pop("message", self._message)
+            self._hb.update(fields)
+            if (status, message) != (self._status, self._message):
+                self.set_status(status, message)  # writes the heartbeat too
+                return
+            hb = dict(self._hb)
+            hb.update(this_process(), run_id=self.run_id, status=self._status, message=self._message,
+                      generation=self._generation, created_at=self._created_at, updated_at=time.time())
+            if hb["generation"] is None:  # nothing committed yet: absent, not null
+                del hb["generation"]
+            atomic_write_json(self.path / HEARTBEAT, hb, durable=False)
+
+    # -- generations -------------------------------------------------------------------------------
+    def last_state(self) -> tuple[int, dict] | None:
+        """The last committed generation and its GA state, or None before the first commit."""
+        with self._mutex:
+            row = _one(self._db, "SELECT generation, state FROM ga_state ORDER BY generation DESC LIMIT 1")
+        return (int(row[0]), json.loads(row[1])) if row else None
+
+    def evaluations(self) -> dict[str, dict]:
+        """genome_hash -> its latest stored row (measurements and all), to skip re-evaluating after a restart."""
+        with self._mutex:
+            rows = self._db.sql(
+                f"SELECT {select_list('individuals')} FROM individuals "
+                "QUALIFY row_number() OVER (PARTITION BY genome_hash ORDER BY generation DESC) = 1"
+            ).to_arrow_table().to_pylist()
+        return {r["genome_hash"]: r for r in rows}
+
+    def commit_generation(self, generation: int, individuals: list[dict], kernels: list[dict],
+                          summary: dict, state: dict) -> None:
+        """Store one generation in a single transaction, then mirror it to live/ and heartbeat.
+
+        ``individuals``/``kernels``/``summary`` use the row keys of docs/CONTRACTS.md (missing keys
+        are stored as null, unknown keys ignored); kernels already stored are skipped. ``state`` must
+        be JSON-serialisable. StoreError when ``generation`` is not after the last committed one.
+        """
+        generation = int(generation)
+        now = time.time()
+        ind = to_arrow("individuals", individuals, generation=generation)
+        gen = to_arrow("generations", [summary], generation=generation, finished_at=now)
+        try:
+            state_text = json.dumps(state)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"GA state of generation {generation} is not JSON-serialisable: {exc}") from None
+        unique = {k["source_hash"]: k for k in kernels if k.get("source_hash")}
+        with self._mutex:
+            con = self._db
+            if self._live_dirty:
+                self._sync_live()
+            con.execute("BEGIN")
+            try:
+                last = self._generation  # this process is the only writer; the primary key backs it up
+                if last is not None and generation <= last:
+                    taken = _one(con, "SELECT count(*) FROM generations WHERE generation = ?", [generation])[0]
+                    raise StoreError(f"generation {generation} of run {self.run_id} is already committed" if taken else
+                                     f"generation {generation} is not after the last committed generation {last}")
+                known = set()
+                if unique:
+                    known = {r[0] for r in con.execute("SELECT source_hash FROM kernels WHERE list_contains(?, source_hash)",
+                                                       [list(unique)]).fetchall()}
+                new = to_arrow("kernels", [k for h, k in unique.items() if h not in known], generation=generation)
+                con.register("_ind", ind)
+                con.register("_gen", gen)
+                con.register("_ker", new)
+                con.execute("INSERT INTO individuals SELECT ?, * FROM _ind", [self.run_id])
+                con.execute("INSERT INTO generations SELECT ?, * FROM _gen", [self.run_id])
+                con.execute("INSERT INTO kernels SELECT * FROM _ker")
+                con.execute("INSERT INTO ga_state VALUES (?, ?, ?)", [self.run_id, generation, state_text])
+                con.execute("DELETE FROM ga_state WHERE generation <= ?", [generation - KEEP_STATES])
+                con.execute("UPDATE runs SET updated_at = ?", [now])
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            finally:
+                for name in ("_ind", "_gen", "_ker"):
+                    con.unregister(name)
+            self._generation = generation
+            try:
+                self._write_part("individuals", generation, ind)
+                if new.num_rows:
+                    self._write_part("kernels", generation, new)
+                self._write_generations()
+            except Exception as exc:  # live/ is derived: rebuilt before the next commit, the run goes on
+                log.warning("live/ mirror of generation %s failed: %s", generation, exc)
+                self._live_dirty = True
+            best = summary.get("best_fitness")
+            self.heartbeat(best_fitness=best if best is None else float(best))
+
+    # -- live/ mirror ------------------------------------------------------------------------------
+    @property
+    def _db(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            raise StoreError(f"run {self.run_id}: writer is closed")
+        return self._con
+
+    @property
+    def _live(self) -> Path:
+        return self.path / LIVE
+
+    def _write_part(self, dataset: str, generation: int, table: pa.Table) -> None:
+        write_parquet(self._live / dataset / f"gen_{generation:08d}.parquet", table)
+        self._compact(dataset)
+
+    def _compact(self, dataset: str) -> None:
+        """Merge the gen files into one chunk once there are ``compact_every`` of them.
+
+        Gen files only ever lie above the last chunk, so chunks never overlap.
+        """
+        folder = self._live / dataset
+        singles = [p for p in live_parts(folder) if p.path.name.startswith("gen_")]
+        if len(singles) < self.compact_every:
+            return
+        merged = pa.concat_tables([pq.read_table(p.path, schema=arrow_schema(dataset)) for p in singles])
+        write_parquet(folder / f"chunk_{singles[0].first:08d}_{singles[-1].last:08d}.parquet", merged)
+        for p in singles:  # readers ignore gen files a chunk covers, and retry if one vanishes
+            p.path.unlink(missing_ok=True)
+        fsync_dir(folder)
+
+    def _write_generations(self) -> None:
+        table = self._db.sql(f"SELECT {select_list('generations')} FROM generations ORDER BY generation").to_arrow_table()
+        write_parquet(self._live / "generations.parquet", table.cast(arrow_schema("generations")))
+
+    def _sync_live(self) -> None:
+        """Make live/ match the database: write missing tail generations, rebuild if inconsistent."""
+        for dataset in ("individuals", "kernels"):
+            folder = self._live / dataset
+            folder.mkdir(parents=True, exist_ok=True)
+            for stale in folder.glob(".*.tmp"):
+                stale.unlink(missing_ok=True)
+            committed = [r[0] for r in self._db.execute(
+                f"SELECT DISTINCT generation FROM {dataset} ORDER BY generation").fetchall()]
+            parts = live_parts(folder, include_covered=True)
+            chunks = [p for p in parts if p.path.name.startswith("chunk_")]
+            for p in parts:  # leftovers of a compaction cut short
+                if p not in chunks and any(c.first <= p.first <= c.last for c in chunks):
+                    p.path.unlink(missing_ok=True)
+            parts = live_parts(folder)
+            claimed_max = max((p.last for p in parts), default=None)
+            have = set(committed)
+            done = {g for g in committed if claimed_max is not None and g <= claimed_max}
+            ok = (claimed_max is None or claimed_max in have) and all(
+                any(p.first <= g <= p.last for p in parts) for g in done) and all(
+                p.first in have for p in parts if p.path.name.startswith("gen_"))
+            if not ok:
+                log.warning("live/%s of run %s disagrees with run.duckdb: rebuilding", dataset, self.run_id)
+                for p in parts:
+                    p.path.unlink(missing_ok=True)
+                done, parts = set(), []
+            self._rebuild(dataset, [g for g in committed if g not in done], chunked=not parts)
+        self._write_generations()
+        base = self.baseline()
+        if base is not None:
+            atomic_write_json(self._live / "baseline.json", base)
+        self._live_dirty = False
+
+    def _rebuild(self, dataset: str, gens: list[int], chunked: bool) -> None:
+        """Write ``gens`` of ``dataset`` from the database.
+
+        Into an empty folder (``chunked``) as whole chunks plus gen files for the remainder; above
+        existing files as gen files, then compacted, so chunks keep lying below every gen file.
+        """
+        folder = self._live / dataset
+        for i in range(0, len(gens), self.compact_every):
+            group = gens[i:i + self.compact_every]
+            table = self._db.sql(
+                f"SELECT {select_list(dataset)} FROM {dataset} WHERE generation BETWEEN {group[0]} AND {group[-1]} "
+                "ORDER BY generation, rowid").to_arrow_table().cast(arrow_schema(dataset))
+            if chunked and len(group) == self.compact_every:
+                write_parquet(folder / f"chunk_{group[0]:08d}_{group[-1]:08d}.parquet", table)
+            else:
+                for g in group:
+                    write_parquet(folder / f"gen_{g:08d}.parquet", table.filter(pc.equal(table["generation"], g)))
+        self._compact(dataset)
+
+
+def write_parquet(path: Path, table: pa.Table) -> None:
+    """Atomically replace ``path`` with ``table`` (temp name in the same folder, fsync, rename).
+
+    The folder is not fsynced: after a power cut a lost rename leaves an older live/, which
+    :meth:`RunWriter.open` repairs from the database; the file fsync keeps a kept rename from
+    pointing at unwritten data.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, compression="zstd")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple | None:
+    """The first row; fetchall so no result is left open (DuckDB 2 refuses new work on the connection then)."""
+    rows = con.execute(sql, params or []).fetchall()
+    return rows[0] if rows else None
+
+
+def _lock(path: Path, run_id: str) -> tuple[int, bool]:
+    """flock ``worker.lock``; StoreError naming the holder's pid when another process writes the run."""
+    lock = path / LOCK
+    created = not lock.exists()
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StoreError(f"run {run_id} is already being written by pid {holder}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd, created
+
+
+def _unlock(fd: int, remove: Path | None = None) -> None:
+    if remove is not None:
+        remove.unlink(missing_ok=True)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
