@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser("runs", help="table of runs")
     runs.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
     sub.add_parser("workloads", help="workloads and the backends available on this machine")
+    bench = sub.add_parser("bench", help="re-measure the champion against every baseline, side by side")
+    bench.add_argument("run_id")
+    bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
+    bench.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
     export = sub.add_parser("export", help="write the champion (or top k / Pareto set) to a folder")
     export.add_argument("run_id")
     export.add_argument("--out", required=True, help="folder to create")
@@ -175,7 +179,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "workloads": cmd_workloads, "export": cmd_export}
+def cmd_bench(args: argparse.Namespace) -> int:
+    from core.bench import bench_champion, format_table
+    from store.runs import run_dir
+
+    target = run_dir(Path(args.runs_dir), args.run_id)
+    if not target.is_dir():
+        raise UsageError(f"no run {args.run_id!r} in {args.runs_dir}")
+    if not 1 <= args.rounds <= 100:
+        raise UsageError("--rounds must be from 1 to 100")
+    result = bench_champion(target, Path(args.runs_dir), rounds=args.rounds, log=lambda line: print(line, flush=True))
+    device = result["device"]
+    print(f"{args.run_id}: {device.get('name')} shape {result.get('shape')}, median of {result['rounds']} rounds")
+    print(format_table(result))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "bench": cmd_bench, "resume": cmd_resume, "runs": cmd_runs, "workloads": cmd_workloads, "export": cmd_export}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,6 @@ whose ``live/`` is gone is read from ``run.duckdb`` opened read-only for the mom
 """
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import platform
@@ -118,9 +117,6 @@ def _export_one(folder: Path, row: dict, kernel: dict | None, cfg: dict, baselin
                                    "launch": launch, "resources": resources})
     _dump(folder / "genome.json", _loads(row.get("genome"), {}))
     device_raw = baseline.get("device") or {}
-    known = {f.name for f in dataclasses.fields(DeviceInfo)}
-    device_fields = {"backend": backend, "index": 0, "name": "unknown", "memory_bytes": 0, "multiprocessors": 0,
-                     **{key: v for key, v in device_raw.items() if key in known}}
     report = {
         "run_id": run_id, "selection": which, "rank": rank, "generation": row.get("generation"),
         "genome_hash": row["genome_hash"], "source_hash": row.get("source_hash"), "origin": row.get("origin"),
@@ -138,11 +134,9 @@ def _export_one(folder: Path, row: dict, kernel: dict | None, cfg: dict, baselin
     try:
         from core.workloads import get_workload
 
-        device = DeviceInfo(**device_fields)
+        device = DeviceInfo.from_dict(device_raw, backend)
         template = get_workload(cfg["workload"]).template(cfg["backend"], cfg.get("problem", {}), device)
-        script = template.standalone_script(KernelSource(backend=backend, source=kernel["source"],
-                                                         entry=kernel.get("entry") or "", flags=tuple(flags),
-                                                         launch=launch, resources=resources))
+        script = template.standalone_script(KernelSource.from_row(kernel, backend))
         (folder / "run_kernel.py").write_text(script)
     except Exception as exc:  # the export stays useful without the script; say why it is missing
         report["standalone_error"] = f"{type(exc).__name__}: {exc}"

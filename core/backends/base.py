@@ -15,8 +15,9 @@ functions, and ``availability()`` says why a backend cannot run here.
 from __future__ import annotations
 
 import hashlib
+import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
@@ -50,6 +51,13 @@ class DeviceInfo:
     def label(self) -> str:
         return f"{self.backend}:{self.index} {self.name}"
 
+    @classmethod
+    def from_dict(cls, raw: dict, backend: str = "") -> "DeviceInfo":
+        """Rebuild from a stored record (unknown keys ignored, missing ones defaulted)."""
+        known = {f.name for f in fields(cls)}
+        base = {"backend": backend, "index": 0, "name": "unknown", "memory_bytes": 0, "multiprocessors": 0}
+        return cls(**{**base, **{k: v for k, v in raw.items() if k in known}})
+
 
 @dataclass(frozen=True)
 class KernelSource:
@@ -66,6 +74,18 @@ class KernelSource:
     flags: tuple[str, ...] = ()
     launch: dict = field(default_factory=dict)
     resources: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: dict, backend: str = "") -> "KernelSource":
+        """Rebuild from a stored ``kernels`` row (JSON text columns decoded)."""
+        def decoded(key: str, default: Any) -> Any:
+            value = row.get(key)
+            if value is None or value != value:  # None or NaN from a DataFrame
+                return default
+            return json.loads(value) if isinstance(value, str) else value
+
+        return cls(backend=row.get("backend") or backend, source=row["source"], entry=row.get("entry") or "",
+                   flags=tuple(decoded("flags", [])), launch=decoded("launch", {}), resources=decoded("resources", {}))
 
 
 @dataclass(frozen=True)
