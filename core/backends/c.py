@@ -1,0 +1,403 @@
+"""C backend: kernels in C, built by the system compiler into shared objects, called through ctypes.
+
+The embedded default every user gets: it needs only ``cc``/``gcc`` with OpenMP. Compiles are
+content-addressed (``<cache_dir>/<hash>.so``), written under a temporary name and moved into
+place with ``os.replace`` so that concurrent or killed compiles never leave a half-written file.
+
+Besides the backend this module holds the small numpy helpers every C harness shares: guarded,
+NaN-poisoned output buffers and the tolerance check.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime, source_hash
+
+BASE_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp")
+LINK_FLAGS: tuple[str, ...] = ("-lm",)
+COMPILE_TIMEOUT_S = 60.0
+LOG_LIMIT = 4000
+
+# ctypes argument types of the entry points in docs/CONTRACTS.md; a template may override them
+# with ``launch["argtypes"]`` (a list of the names below).
+CTYPES = {"ptr": ctypes.c_void_p, "int": ctypes.c_int, "long": ctypes.c_long, "float": ctypes.c_float, "double": ctypes.c_double}
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "abebot_gemm": ("ptr", "ptr", "ptr", "int", "int", "int"),
+    "abebot_rmsnorm": ("ptr", "ptr", "ptr", "ptr", "int", "int", "float"),
+}
+
+
+def compiler_command() -> list[str]:
+    """The C compiler: ``$CC`` (may hold arguments, e.g. ``ccache gcc``), else ``cc``, else ``gcc``."""
+    env = os.environ.get("CC", "").strip()
+    if env:
+        return shlex.split(env)
+    found = shutil.which("cc") or shutil.which("gcc")
+    return [found] if found else []
+
+
+@lru_cache(maxsize=4)
+def _probe(cc: tuple[str, ...]) -> tuple[str | None, str]:
+    """(reason it cannot build OpenMP shared objects or None, first line of ``--version``)."""
+    if not cc:
+        return "no C compiler: set $CC or install gcc", ""
+    try:
+        ver = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"C compiler {cc[0]!r} does not run: {exc}", ""
+    if ver.returncode != 0:
+        return f"C compiler {cc[0]!r} --version failed", ""
+    version = (ver.stdout.strip().splitlines() or [""])[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "probe.c")
+        src.write_text("#include <omp.h>\nint abebot_probe(void) { return omp_get_max_threads(); }\n")
+        try:
+            res = subprocess.run([*cc, *BASE_FLAGS, "-o", str(Path(tmp, "probe.so")), str(src)],
+                                 capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"C compiler cannot build a shared object: {exc}", version
+        if res.returncode != 0:
+            return f"C compiler cannot build OpenMP shared objects: {_trim(res.stderr, 300)}", version
+    return None, version
+
+
+def _trim(log: str, limit: int = LOG_LIMIT) -> str:
+    log = log.strip()
+    if len(log) <= limit:
+        return log
+    half = limit // 2
+    return f"{log[:half]}\n... [{len(log) - limit} characters cut] ...\n{log[-half:]}"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def last_level_cache_bytes() -> int:
+    """Size of the largest cache of CPU 0 from sysfs (0 when unknown)."""
+    best = 0
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in root.glob("index*"):
+        try:
+            text = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best, int(digits) * mult)
+    return best
+
+
+def _numpy_versions() -> dict:
+    try:
+        import numpy as np
+    except ImportError:
+        return {}
+    out = {"numpy": np.__version__}
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        out["blas"] = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception:  # show_config's layout is not a stable API; the version is nice to have
+        pass
+    return out
+
+
+class CBackend(Backend):
+    """CPU target: C compiled with ``cc -O3 -march=native -fopenmp`` and loaded with ctypes."""
+
+    name = "c"
+    language = "c"
+
+    _key_locks: dict[str, threading.Lock] = {}
+    _locks_guard = threading.Lock()
+
+    @classmethod
+    def availability(cls) -> str | None:
+        return _probe(tuple(compiler_command()))[0]
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        if cls.availability():
+            return []
+        return [_cpu_device(tuple(compiler_command()))]
+
+    def cache_key(self, kernel: KernelSource) -> str:
+        # -march=native makes the binary depend on the exact CPU, not only on the architecture.
+        arch = f"{self.device.arch}|{self.device.name}|{self.device.versions.get('cpu_flags_hash', '')}"
+        return source_hash(kernel, arch, self.device.versions.get("toolkit", ""))
+
+    def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
+        """Build ``<cache_dir>/<hash>.so`` (cached); CompileError with the trimmed log on failure."""
+        cache_dir = Path(cache_dir)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        key = self.cache_key(kernel)
+        so_path = cache_dir / f"{key}.so"
+        with self._lock_for(key):
+            if so_path.exists():
+                return self._artifact(kernel, key, so_path, 0.0, "cache hit")
+            c_path = cache_dir / f"{key}.c"
+            _atomic_write(c_path, kernel.source)
+            t0 = time.perf_counter()
+            log = _run_compiler(c_path, so_path, kernel.flags)
+            return self._artifact(kernel, key, so_path, time.perf_counter() - t0, log)
+
+    def make_runtime(self) -> "CRuntime":
+        return CRuntime(self.device)
+
+    @classmethod
+    def _lock_for(cls, key: str) -> threading.Lock:
+        with cls._locks_guard:
+            return cls._key_locks.setdefault(key, threading.Lock())
+
+    def _artifact(self, kernel: KernelSource, key: str, path: Path, seconds: float, log: str) -> Artifact:
+        return Artifact(backend=self.name, source_hash=key, entry=kernel.entry, path=str(path),
+                        launch=dict(kernel.launch), resources=dict(kernel.resources),
+                        compile_seconds=seconds, log=log)
+
+
+@lru_cache(maxsize=4)
+def _cpu_device(cc: tuple[str, ...]) -> DeviceInfo:
+    import hashlib
+
+    version = _probe(cc)[1]
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    flags = ""
+    try:
+        flags = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
+    except OSError:
+        pass
+    versions = {"compiler": version, "toolkit": version, "cpu_flags_hash": hashlib.sha256(flags.encode()).hexdigest()[:12],
+                "python": platform.python_version(), **_numpy_versions()}
+    return DeviceInfo(backend="c", index=0, name=_cpu_model(), memory_bytes=int(memory),
+                      multiprocessors=usable_cores(), l2_bytes=last_level_cache_bytes(),
+                      arch=platform.machine(), versions=versions)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask: taskset and containers narrow it)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> str:
+    """Compile to a temporary name, then move it into place; returns the compiler's log."""
+    tmp = so_path.with_name(f".{so_path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.so.tmp")
+    cmd = [*compiler_command(), *BASE_FLAGS, *flags, "-o", str(tmp), str(c_path), *LINK_FLAGS]
+    # A session of its own, so a timeout kills cc1 and as too, not only the driver.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        tmp.unlink(missing_ok=True)
+        raise CompileError(f"compile timed out after {COMPILE_TIMEOUT_S:.0f} s") from None
+    if proc.returncode != 0 or not tmp.exists():
+        tmp.unlink(missing_ok=True)
+        raise CompileError(_trim(out) or f"compiler exited with status {proc.returncode}")
+    os.replace(tmp, so_path)
+    return _trim(out)
+
+
+class CRuntime(Runtime):
+    """Loads shared objects with ctypes and times calls with ``perf_counter_ns``."""
+
+    def __init__(self, device: DeviceInfo | None = None):
+        self.device = device
+        self._libs: dict[str, ctypes.CDLL] = {}  # kept alive: ctypes never unloads, but drop no handle early
+        self._flush_buf = None
+
+    def load(self, artifact: Artifact) -> Any:
+        """The entry point as a ctypes function with its argument types set."""
+        if not artifact.path:
+            raise ValueError("C artifact has no path")
+        lib = self._libs.get(artifact.path)
+        if lib is None:
+            # RTLD_LOCAL: every kernel exports the same symbol name; each is looked up in its own handle.
+            lib = ctypes.CDLL(artifact.path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            self._libs[artifact.path] = lib
+        fn = getattr(lib, artifact.entry)
+        names = artifact.launch.get("argtypes") or SIGNATURES.get(artifact.entry)
+        if names is None:
+            raise ValueError(f"no known signature for entry {artifact.entry!r}; give launch['argtypes']")
+        fn.argtypes = [CTYPES[n] for n in names]
+        fn.restype = None
+        return fn
+
+    def synchronize(self) -> None:
+        """Calls are synchronous on the CPU."""
+
+    def time(self, fn: Callable[[int], None], reps: int, warmup: int, flush: bool = False) -> list[float]:
+        """Seconds of each of ``reps`` calls after ``warmup`` calls; ``flush`` evicts caches before each
+        timed call (outside the timed window)."""
+        for i in range(warmup):
+            fn(i)
+        out: list[float] = []
+        clock = time.perf_counter_ns
+        for i in range(reps):
+            if flush:
+                self.flush_cache()
+            t0 = clock()
+            fn(warmup + i)
+            out.append((clock() - t0) * 1e-9)
+        return out
+
+    def flush_cache(self) -> None:
+        """Write a buffer 1.5x the last-level cache (a few ms for 32 MiB)."""
+        import numpy as np
+
+        if self._flush_buf is None:
+            llc = (self.device.l2_bytes if self.device else 0) or last_level_cache_bytes() or (32 << 20)
+            self._flush_buf = np.zeros(llc * 3 // 8, dtype=np.float32)
+        self._flush_buf += 1.0
+
+
+# ---- numpy helpers shared by the C harnesses ------------------------------------------------------
+
+GUARD = 64  # floats of guard zone on each side of every output
+SENTINEL_BITS = 0x7FC0DEAD  # a quiet NaN whose payload no arithmetic produces
+
+
+class GuardedBuffer:
+    """A float32 array of ``shape`` inside a larger buffer with sentinel-NaN guard zones.
+
+    The interior is poisoned with the same sentinel, so untouched outputs read as NaN and any byte
+    written outside the interior changes a guard.
+    """
+
+    def __init__(self, shape: tuple[int, ...]):
+        import numpy as np
+
+        self.size = int(np.prod(shape))
+        self.raw = np.empty(self.size + 2 * GUARD, dtype=np.float32)
+        self.array = self.raw[GUARD:GUARD + self.size].reshape(shape)
+        self.poison()
+
+    def poison(self) -> None:
+        self.raw.view("uint32")[:] = SENTINEL_BITS
+
+    def fill(self, values) -> None:
+        """Poison the guards and copy ``values`` into the interior (in/out buffers such as a residual)."""
+        self.poison()
+        self.array[...] = values
+
+    @property
+    def ptr(self) -> int:
+        return self.array.ctypes.data
+
+    def guards_intact(self) -> bool:
+        bits = self.raw.view("uint32")
+        return bool((bits[:GUARD] == SENTINEL_BITS).all() and (bits[-GUARD:] == SENTINEL_BITS).all())
+
+
+def same_bits(a, b) -> bool:
+    """Bitwise equality (NaN-safe) of two arrays of the same dtype and shape."""
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def compare(out, ref, rtol: float, atol: float) -> tuple[str, float, float, str]:
+    """(cause or "", max_abs_err, rel_err, detail) for ``out`` against the float64 ``ref``.
+
+    cause is "nan_output" when any output is NaN/inf (poison left behind), "wrong_result" when
+    ``|out - ref| > atol + rtol * |ref|`` anywhere; rel_err is ``||out - ref|| / ||ref||``.
+    """
+    import numpy as np
+
+    o = out.astype(np.float64)
+    bad = ~np.isfinite(o)
+    if bad.any():
+        idx = np.unravel_index(int(np.argmax(bad)), o.shape)
+        return "nan_output", float("inf"), float("inf"), f"{int(bad.sum())} of {o.size} outputs not finite, first at {tuple(map(int, idx))}"
+    err = np.abs(o - ref)
+    max_abs = float(err.max(initial=0.0))
+    norm = float(np.linalg.norm(ref))
+    rel = float(np.linalg.norm(o - ref) / norm) if norm > 0 else max_abs
+    over = err > atol + rtol * np.abs(ref)
+    if over.any():
+        idx = np.unravel_index(int(np.argmax(err - (atol + rtol * np.abs(ref)))), o.shape)
+        return "wrong_result", max_abs, rel, f"{int(over.sum())} of {o.size} outputs beyond tolerance, worst at {tuple(map(int, idx))}"
+    return "", max_abs, rel, ""
+
+
+def fill_script(template: str, **values: Any) -> str:
+    """Replace ``__NAME__`` markers in a script template with ``repr(value)`` (``source`` verbatim)."""
+    for name, value in sorted(values.items(), key=lambda kv: kv[0] == "source"):  # source last: it is opaque text
+        template = template.replace(f"__{name.upper()}__", value if name == "source" else repr(value))
+    return template
+
+
+# Shared opening of the standalone scripts: compile the embedded source, load it, time calls.
+STANDALONE_PRELUDE = r'''
+import ctypes, os, shlex, shutil, subprocess, sys, tempfile, time
+import numpy as np
+
+FLAGS = __FLAGS__
+
+
+def build(source, entry, argtypes):
+    """Compile SOURCE with the system C compiler into a temp dir and return the ctypes function."""
+    cc = shlex.split(os.environ.get("CC", "")) or [shutil.which("cc") or shutil.which("gcc") or "cc"]
+    tmp = tempfile.mkdtemp(prefix="abebot-")
+    src, lib = os.path.join(tmp, "kernel.c"), os.path.join(tmp, "kernel.so")
+    with open(src, "w") as f:
+        f.write(source)
+    res = subprocess.run([*cc, *FLAGS, "-o", lib, src, "-lm"], capture_output=True, text=True)
+    if res.returncode != 0:
+        print(res.stdout + res.stderr)
+        sys.exit("compile failed")
+    fn = getattr(ctypes.CDLL(lib), entry)
+    fn.argtypes, fn.restype = argtypes, None
+    return fn
+
+
+def median_us(call, reps, warmup=3):
+    for _ in range(warmup):
+        call()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        call()
+        ts.append((time.perf_counter_ns() - t0) / 1e3)
+    return float(np.median(ts))
+
+
+def guarded(shape, guard=64):
+    """float32 array inside a NaN-filled buffer; returns (interior, whole buffer)."""
+    raw = np.full(int(np.prod(shape)) + 2 * guard, np.nan, dtype=np.float32)
+    return raw[guard:guard + int(np.prod(shape))].reshape(shape), raw
+
+
+def guards_ok(raw, guard=64):
+    return bool(np.isnan(raw[:guard]).all() and np.isnan(raw[-guard:]).all())
+'''

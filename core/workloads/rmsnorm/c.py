@@ -1,0 +1,512 @@
+"""RMSNorm on the CPU: a row-parallel C kernel whose stages are the genome.
+
+Each row is two passes: pass 1 loads x (adding and writing back the residual when the problem
+has one) and accumulates the sum of squares; REDUCE turns it into 1/rms; pass 2 scales, applies
+the weight and stores. The genome picks:
+
+* parallel_config -- OpenMP threads, schedule and rows per chunk;
+* memory_pattern -- vectorisation (GCC vector extensions or ``#pragma omp simd``) and width,
+  whether pass 2 re-reads the input or a per-thread row buffer written in pass 1, normal or
+  streaming (non-temporal) stores, ``restrict``;
+* register_allocation -- independent partial-sum accumulators, pass-2 unroll, float or double
+  accumulators, multiply by 1/rms or divide by rms;
+* instruction_sequence -- the order of LOAD, SQUARE_ACC, WEIGHT, REDUCE, SCALE, STORE and an
+  optional PREFETCH_NEXT_ROW. Tokens before REDUCE run in pass 1, after it in pass 2: WEIGHT in
+  pass 1 stores x*w, and pass 2 only scales it.
+"""
+from __future__ import annotations
+
+import os
+import tracemalloc
+from typing import Any, Callable
+
+import numpy as np
+
+from core.backends.base import KernelSource, Runtime
+from core.backends.c import BASE_FLAGS, STANDALONE_PRELUDE, GuardedBuffer, compare, fill_script, same_bits
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.workloads.base import Case, CheckResult, Harness, Template
+
+ENTRY = "abebot_rmsnorm"
+STAGES = ("LOAD", "SQUARE_ACC", "REDUCE", "SCALE", "WEIGHT", "STORE")
+BEFORE = (("LOAD", "SQUARE_ACC"), ("SQUARE_ACC", "REDUCE"), ("REDUCE", "SCALE"), ("SCALE", "STORE"),
+          ("LOAD", "WEIGHT"), ("WEIGHT", "STORE"))
+RTOL = ATOL = 1e-5
+F32_EPS = 2.0 ** -23
+
+
+class CRmsNormTemplate(Template):
+    """The C template of :class:`~core.workloads.rmsnorm.RmsNormWorkload`."""
+
+    backend = "c"
+
+    def gene_space(self) -> GeneSpace:
+        from core.workloads.gemm.c import thread_options
+
+        cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
+        parallel = (
+            ChoiceGene("threads", thread_options(cores), "OpenMP threads over rows (1 = no parallel region)"),
+            ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the row loop"),
+            ChoiceGene("rows_per_chunk", (1, 2, 4, 8, 16, 32), "rows handed to a thread at a time"),
+        )
+        memory = (
+            ChoiceGene("vectorize", ("vector_ext", "omp_simd"), "GCC vector types or #pragma omp simd loops"),
+            ChoiceGene("vector_width", (1, 4, 8, 16), "floats per vector (1 = scalar)"),
+            ChoiceGene("row_reuse", ("reload", "row_buffer"), "pass 2 re-reads its input, or a per-thread row copy made in pass 1"),
+            ChoiceGene("store", ("normal", "streaming"), "final stores through the cache or non-temporal"),
+            ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified row pointers"),
+        )
+        registers = (
+            MapGene("register_map", (
+                ("accumulators", (1, 2, 4, 8)),
+                ("unroll", (1, 2, 4)),
+                ("acc_type", ("float", "double")),
+                ("scale", ("reciprocal", "divide")),
+            ), "independent sum-of-squares accumulators, pass-2 unroll, accumulator precision, "
+               "multiply by 1/rms or divide by rms"),
+        )
+        sequence = (SequenceGene("stages", STAGES, ("PREFETCH_NEXT_ROW",), BEFORE,
+                                 "per-row stages; those before REDUCE form pass 1, the rest pass 2"),)
+        return GeneSpace(groups={"parallel_config": parallel, "memory_pattern": memory,
+                                 "register_allocation": registers, "instruction_sequence": sequence},
+                         seeds=seed_genomes(cores))
+
+    def render(self, genome: Genome) -> KernelSource:
+        cfg = RmsConfig.from_genome(genome, residual=bool(self.problem.get("residual")))
+        return KernelSource(
+            backend="c", source=render_source(cfg), entry=ENTRY, flags=("-std=gnu11",),
+            launch={"threads": cfg.threads, "vector_width": cfg.vw, "residual": cfg.residual},
+            resources={"workspace_bytes": cfg.workspace_bytes(self.problem["cols"]), "threads": cfg.threads},
+        )
+
+    def harness(self, runtime: Runtime) -> "CRmsNormHarness":
+        return CRmsNormHarness(self.workload, runtime, self.problem, self.device)
+
+    def standalone_script(self, kernel: KernelSource) -> str:
+        return fill_script(STANDALONE_PRELUDE + _SCRIPT, flags=(*BASE_FLAGS, *kernel.flags), source=kernel.source,
+                           entry=kernel.entry, shapes=self.workload.shapes(self.problem),
+                           residual=bool(self.problem.get("residual")), eps=float(self.problem["eps"]), rtol=RTOL, atol=ATOL)
+
+
+TEMPLATE = CRmsNormTemplate
+
+
+def seed_genomes(cores: int) -> tuple[dict, ...]:
+    """A scalar two-pass kernel, and a vectorised, multi-accumulator, row-parallel one."""
+    naive = {
+        "parallel_config": {"threads": 1, "schedule": "static", "rows_per_chunk": 1},
+        "memory_pattern": {"vectorize": "vector_ext", "vector_width": 1, "row_reuse": "reload", "store": "normal", "pointer_hints": "none"},
+        "register_allocation": {"register_map": {"accumulators": 1, "unroll": 1, "acc_type": "float", "scale": "divide"}},
+        "instruction_sequence": {"stages": ["LOAD", "SQUARE_ACC", "REDUCE", "SCALE", "WEIGHT", "STORE"]},
+    }
+    fast = {
+        "parallel_config": {"threads": cores, "schedule": "static", "rows_per_chunk": 8},
+        "memory_pattern": {"vectorize": "vector_ext", "vector_width": 16, "row_reuse": "reload", "store": "normal", "pointer_hints": "restrict"},
+        "register_allocation": {"register_map": {"accumulators": 4, "unroll": 2, "acc_type": "float", "scale": "reciprocal"}},
+        "instruction_sequence": {"stages": ["PREFETCH_NEXT_ROW", "LOAD", "SQUARE_ACC", "REDUCE", "SCALE", "WEIGHT", "STORE"]},
+    }
+    return (naive, fast)
+
+
+class RmsConfig:
+    """The genome's values for rendering."""
+
+    def __init__(self, **kw: Any):
+        self.__dict__.update(kw)
+
+    @classmethod
+    def from_genome(cls, g: Genome, residual: bool) -> "RmsConfig":
+        p, m, rm = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["register_map"]
+        stages = tuple(g["instruction_sequence"]["stages"])
+        cut = stages.index("REDUCE")
+        return cls(threads=p["threads"], schedule=p["schedule"], chunk=p["rows_per_chunk"],
+                   vectorize=m["vectorize"], vw=m["vector_width"], row_buffer=m["row_reuse"] == "row_buffer",
+                   streaming=m["store"] == "streaming", restrict=m["pointer_hints"] == "restrict",
+                   acc=rm["accumulators"], unroll=rm["unroll"], acc_double=rm["acc_type"] == "double",
+                   divide=rm["scale"] == "divide", pass1=stages[:cut], pass2=stages[cut + 1:], residual=residual)
+
+    @property
+    def weight_in_pass1(self) -> bool:
+        return "WEIGHT" in self.pass1
+
+    def workspace_bytes(self, cols: int) -> int:
+        return 4 * self.threads * _round_up(cols, 16) if self.row_buffer else 0
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+# ---- rendering -----------------------------------------------------------------------------------
+
+class _Lanes:
+    """How one slot of a loop body reads, writes and accumulates: a GCC vector, an omp-simd lane or a scalar."""
+
+    def __init__(self, cfg: RmsConfig, kind: str):
+        self.cfg, self.kind = cfg, kind  # kind: "vector", "simd" or "scalar"
+        self.width = cfg.vw if kind != "scalar" else 1
+        self.vtype = "vf" if kind == "vector" and cfg.vw > 1 else "float"
+
+    def idx(self, slot: int) -> str:
+        base = f"j + {slot * self.width}" if slot else "j"
+        return f"{base} + l" if self.kind == "simd" else base
+
+    def load(self, ptr: str, slot: int) -> str:
+        if self.vtype == "vf":
+            return f"*(const vfu *)({ptr} + {self.idx(slot)})"
+        return f"{ptr}[{self.idx(slot)}]"
+
+    def store(self, ptr: str, slot: int, value: str) -> str:
+        if self.vtype == "vf":
+            return f"*(vfu *)({ptr} + {self.idx(slot)}) = {value};"
+        return f"{ptr}[{self.idx(slot)}] = {value};"
+
+    def stream(self, ptr: str, slot: int, value: str) -> str:
+        """A non-temporal store; the address is aligned to the vector size by the peeled head loop."""
+        if self.vtype == "vf":
+            return f"STREAM({ptr} + {self.idx(slot)}, {value});"
+        return self.store(ptr, slot, value)  # omp simd: the loop's nontemporal clause asks for it
+
+    def acc(self, slot: int) -> str:
+        if self.kind == "scalar":
+            return "st"
+        return f"acc{slot}" if self.kind == "vector" else f"acc[{slot}][l]"
+
+    def square_acc(self, slot: int, v: str) -> str:
+        a = self.acc(slot)
+        if not self.cfg.acc_double:
+            return f"{a} += {v} * {v};"
+        if self.vtype == "vf":
+            return f"{{ const vd d = __builtin_convertvector({v}, vd); {a} += d * d; }}"
+        return f"{a} += (double){v} * (double){v};"
+
+
+def render_source(c: RmsConfig) -> str:
+    return "\n".join((_prelude(c), _row_function(c), _entry(c)))
+
+
+def _prelude(c: RmsConfig) -> str:
+    acct = "double" if c.acc_double else "float"
+    out = ("/* AbeBot RMSNorm, C backend: out = x / sqrt(mean(x^2) + eps) * w per row, float32. */\n"
+           "#include <math.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <omp.h>\n"
+           f"#define VW {c.vw}\n#define NACC {c.acc}\n#define UNROLL {c.unroll}\n#define ACCT {acct}\n"
+           f"#define RESTRICT {'restrict' if c.restrict else ''}\n")
+    if c.vectorize == "vector_ext" and c.vw > 1:
+        out += (f"typedef float vf __attribute__((vector_size({4 * c.vw}), may_alias));\n"
+                f"typedef float vfu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n"
+                f"typedef double vd __attribute__((vector_size({8 * c.vw})));\n")
+        if c.streaming:
+            out += _stream_macro(c.vw)
+    if c.streaming:
+        out += ("#if defined(__SSE2__)\n#include <immintrin.h>\n#define FENCE() _mm_sfence()\n"
+                "#else\n#define FENCE() ((void)0)\n#endif\n")
+    return out
+
+
+def _stream_macro(vw: int) -> str:
+    intrinsic = {4: ("__SSE__", "_mm_stream_ps", "__m128"), 8: ("__AVX__", "_mm256_stream_ps", "__m256"),
+                 16: ("__AVX512F__", "_mm512_stream_ps", "__m512")}[vw]
+    guard, fn, typ = intrinsic
+    return (f"#if defined({guard})\n#include <immintrin.h>\n#define STREAM(p, v) {fn}((p), ({typ})(v))\n"
+            "#else\n#define STREAM(p, v) (*(vfu *)(p) = (v))\n#endif\n")
+
+
+def _row_function(c: RmsConfig) -> str:
+    """One row: pass 1, REDUCE, pass 2, each a main loop over slots plus a scalar tail."""
+    kind = "vector" if c.vectorize == "vector_ext" and c.vw > 1 else ("simd" if c.vw > 1 else "scalar")
+    main, tail = _Lanes(c, kind), _Lanes(c, "scalar")
+    r = "RESTRICT"
+    out = (f"static void row(const float *{r} xr, const float *{r} w, float *{r} rr, float *{r} orow, float *{r} buf,\n"
+           f"                const float *xn, const float *rn, int cols, float eps) {{\n"
+           "  (void)rr; (void)buf; (void)xn; (void)rn;\n  int j = 0;\n  ACCT st = 0;\n")
+    out += _acc_decl(c, main)
+    step1 = c.vw * c.acc if kind != "scalar" else c.acc
+    out += _loop(main, step1, c.acc, _pass1(c, main, c.acc)) + _loop(tail, 1, 1, _pass1(c, tail, 1), tail=True)
+    out += _reduce(c, main)
+    step2 = (c.vw if kind != "scalar" else 1) * c.unroll
+    body2 = _pass2(c, main, c.unroll, stream=c.streaming)
+    out += "  j = 0;\n"
+    if c.streaming and kind == "vector":
+        # Non-temporal vector stores need aligned addresses: scalar stores up to the boundary.
+        out += (f"  for (; j < cols && ((uintptr_t)(orow + j) & {4 * c.vw - 1}); ++j) {{\n"
+                + _pass2(c, tail, 1, stream=False) + "  }\n")
+    out += _loop(main, step2, c.unroll, body2, nontemporal=c.streaming)
+    out += _loop(tail, 1, 1, _pass2(c, tail, 1, stream=False), tail=True)
+    if c.streaming:
+        out += "  FENCE();\n"
+    return out + "}\n"
+
+
+def _acc_decl(c: RmsConfig, lanes: _Lanes) -> str:
+    if lanes.kind == "vector":
+        t = "vd" if c.acc_double else "vf"
+        return "".join(f"  {t} acc{a} = {{0}};\n" for a in range(c.acc))
+    if lanes.kind == "simd":
+        return f"  ACCT acc[NACC][VW];\n  for (int a = 0; a < NACC; ++a) for (int l = 0; l < VW; ++l) acc[a][l] = 0;\n"
+    return "".join(f"  ACCT acc{a} = 0;\n" for a in range(c.acc))
+
+
+def _loop(lanes: _Lanes, step: int, slots: int, body: str, tail: bool = False, nontemporal: bool = False) -> str:
+    if tail:
+        return f"  for (; j < cols; ++j) {{\n{body}  }}\n"
+    head = f"  for (; j + {step} <= cols; j += {step}) {{\n"
+    if lanes.kind == "simd":
+        nt = " nontemporal(orow)" if nontemporal else ""
+        return head + f"#pragma omp simd simdlen(VW){nt}\n    for (int l = 0; l < VW; ++l) {{\n{body}    }}\n  }}\n"
+    return head + body + "  }\n"
+
+
+def _pass1(c: RmsConfig, lanes: _Lanes, slots: int) -> str:
+    """Token-major: each pass-1 stage for every slot, then the row store pass 2 will read."""
+    ind = "      " if lanes.kind == "simd" else "    "
+    vt = lanes.vtype
+    scalar_acc = lanes.kind == "scalar" and slots > 1  # scalar main loop: one accumulator per slot
+    lines = []
+    for tok in c.pass1:
+        for s in range(slots):
+            if tok == "LOAD":
+                lines.append(f"{vt} v{s} = {lanes.load('xr', s)};")
+                if c.residual:
+                    lines.append(f"v{s} = v{s} + {lanes.load('rr', s)}; {lanes.store('rr', s, f'v{s}')}")
+            elif tok == "SQUARE_ACC":
+                sq = lanes.square_acc(s, f"v{s}")
+                lines.append(sq.replace("st +=", f"acc{s} +=") if scalar_acc else sq)
+            elif tok == "WEIGHT":
+                lines.append(f"{vt} t{s} = v{s} * {lanes.load('w', s)};")
+            elif tok == "PREFETCH_NEXT_ROW":
+                lines.append(f"__builtin_prefetch(xn + {lanes.idx(s)}, 0, 3);"
+                             + (f" __builtin_prefetch(rn + {lanes.idx(s)}, 1, 3);" if c.residual else ""))
+    for s in range(slots):
+        if c.weight_in_pass1:
+            lines.append(lanes.store("buf" if c.row_buffer else "orow", s, f"t{s}"))
+        elif c.row_buffer:
+            lines.append(lanes.store("buf", s, f"v{s}"))
+    return "".join(f"{ind}{ln}\n" for ln in lines)
+
+
+def _reduce(c: RmsConfig, lanes: _Lanes) -> str:
+    if lanes.kind == "vector":
+        out = "".join(f"  for (int l = 0; l < VW; ++l) st += acc{a}[l];\n" for a in range(c.acc))
+    elif lanes.kind == "simd":
+        out = "  for (int a = 0; a < NACC; ++a) for (int l = 0; l < VW; ++l) st += acc[a][l];\n"
+    else:
+        out = "".join(f"  st += acc{a};\n" for a in range(c.acc))
+    if c.divide:
+        return out + "  const float rms = (float)sqrt((double)st / cols + eps);\n"
+    return out + "  const float inv = (float)(1.0 / sqrt((double)st / cols + eps));\n"
+
+
+def _pass2(c: RmsConfig, lanes: _Lanes, slots: int, stream: bool) -> str:
+    """Load pass 2's input, then the stages after REDUCE in genome order."""
+    ind = "      " if lanes.kind == "simd" else "    "
+    if c.row_buffer:
+        src = "buf"
+    elif c.weight_in_pass1:
+        src = "orow"
+    else:
+        src = "rr" if c.residual else "xr"
+    vt = lanes.vtype
+    lines = [f"{vt} u{s} = {lanes.load(src, s)};" for s in range(slots)]
+    for tok in c.pass2:
+        for s in range(slots):
+            if tok == "SCALE":
+                lines.append(f"u{s} = u{s} / rms;" if c.divide else f"u{s} = u{s} * inv;")
+            elif tok == "WEIGHT":
+                lines.append(f"u{s} = u{s} * {lanes.load('w', s)};")
+            elif tok == "STORE":
+                lines.append(lanes.stream("orow", s, f"u{s}") if stream else lanes.store("orow", s, f"u{s}"))
+            elif tok == "PREFETCH_NEXT_ROW":
+                lines.append(f"__builtin_prefetch(xn + {lanes.idx(s)}, 0, 3);")
+    return "".join(f"{ind}{ln}\n" for ln in lines)
+
+
+def _entry(c: RmsConfig) -> str:
+    res = "residual + (size_t)i * cols" if c.residual else "NULL"
+    rnext = "residual + (size_t)nx * cols" if c.residual else "NULL"
+    out = ("void abebot_rmsnorm(const float *x, const float *w, float *residual, float *out, int rows, int cols, float eps) {\n"
+           "  (void)residual;\n  if (rows <= 0 || cols <= 0) return;\n"
+           f"  const int T = {c.threads};\n  const size_t ld = ((size_t)cols + 15) & ~(size_t)15;\n  (void)T; (void)ld;\n")
+    if c.row_buffer:
+        out += "  float *bufs = (float *)aligned_alloc(64, ld * T * sizeof(float));\n  if (!bufs) return;\n"
+    else:
+        out += "  float *bufs = NULL;\n"
+    if c.threads > 1:
+        sched = {"static": "static", "dynamic": "dynamic", "guided": "guided"}[c.schedule]
+        out += ("  #pragma omp parallel num_threads(T)\n  {\n"
+                "    float *buf = bufs ? bufs + ld * omp_get_thread_num() : NULL;\n"
+                f"    #pragma omp for schedule({sched}, {c.chunk})\n")
+    else:
+        out += "  {\n    float *buf = bufs;\n"
+    out += ("    for (int i = 0; i < rows; ++i) {\n      const int nx = i + 1 < rows ? i + 1 : i;\n"
+            f"      row(x + (size_t)i * cols, w, {res}, out + (size_t)i * cols, buf,\n"
+            f"          x + (size_t)nx * cols, {rnext}, cols, eps);\n    }}\n  }}\n  free(bufs);\n}}\n")
+    return out
+
+
+# ---- harness -------------------------------------------------------------------------------------
+
+class CRmsNormHarness(Harness):
+    """Inputs, launches and checks for ``abebot_rmsnorm`` in this process.
+
+    Tolerance: ``|out - ref| <= 1e-5 + 1e-5 * |ref|``. x and w are uniform in [-1, 1), so outputs
+    are at most ~1.7 in magnitude; a float32 sum of squares over ``cols`` elements is off by about
+    sqrt(cols) * 6e-8 relative (4e-6 at 4096, less with several accumulators) and 1/sqrt halves
+    that, so a correct kernel stays 3-10x inside the bound, while a wrong eps, row or weight
+    index misses it by orders of magnitude.
+
+    With a residual the kernel updates ``residual`` in place, so repeated launches (timing)
+    keep adding x: the harness counts launches since the last reset, checks the residual
+    against r + n*x (tolerance grown by n roundings) and the output against the float64
+    RMSNorm of the residual the kernel wrote.
+    """
+
+    def make_case(self, shape: dict, seed: int) -> Case:
+        rows, cols = shape["rows"], shape["cols"]
+        rng = np.random.default_rng(seed)
+        x = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
+        w = rng.uniform(-1.0, 1.0, cols).astype(np.float32)
+        out = GuardedBuffer((rows, cols))
+        data = {"x": x, "w": w, "out": out, "launches": 0}
+        pristine = {"x": x.copy(), "w": w.copy()}
+        res = None
+        if self.problem.get("residual"):
+            r = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
+            pristine["residual"] = r
+            data["residual"] = GuardedBuffer((rows, cols))
+            data["residual"].fill(r)
+            res = r
+        case = Case(shape=dict(shape), data=data, pristine=pristine)
+        ref_out, ref_res = self.workload.reference(x, w, self.problem["eps"], res)
+        case.expected["out"] = ref_out
+        if ref_res is not None:
+            case.expected["residual"] = ref_res
+        rptr = data["residual"].ptr if res is not None else None
+        data["args"] = (x.ctypes.data, w.ctypes.data, rptr, out.ptr, rows, cols, float(self.problem["eps"]))
+        return case
+
+    def launch(self, kernel: Any, case: Case) -> None:
+        case.data["launches"] += 1
+        kernel(*case.data["args"])
+
+    def check(self, case: Case) -> CheckResult:
+        d = case.data
+        buffers = [("out", d["out"])] + ([("residual", d["residual"])] if "residual" in d else [])
+        for name, buf in buffers:
+            if not buf.guards_intact():
+                return CheckResult(False, "out_of_bounds_write", detail=f"guard zone around {name} changed")
+        for name in ("x", "w"):
+            if not same_bits(d[name], case.pristine[name]):
+                return CheckResult(False, "input_modified", detail=f"input {name} changed")
+        ref_out = case.expected["out"]
+        if "residual" in d and d["launches"] > 1:
+            ref_out = self.workload.reference(d["residual"].array, d["w"], self.problem["eps"])[0]
+        cause, max_abs, rel, detail = compare(d["out"].array, ref_out, RTOL, ATOL)
+        if cause != "nan_output" and "residual" in d:
+            res_check = self._check_residual(case)
+            if res_check is not None:
+                return res_check
+        return CheckResult(not cause, cause, max_abs, rel, detail)
+
+    def _check_residual(self, case: Case) -> CheckResult | None:
+        d, n = case.data, max(1, case.data["launches"])
+        r0, x = case.pristine["residual"].astype(np.float64), case.pristine["x"].astype(np.float64)
+        expected = r0 + n * x if n > 1 else case.expected["residual"]
+        atol = ATOL + (n * F32_EPS * (np.abs(r0) + n * np.abs(x)) if n > 1 else 0.0)
+        cause, max_abs, rel, detail = compare(d["residual"].array, expected, RTOL, atol)
+        if cause:
+            return CheckResult(False, cause, max_abs, rel, f"residual: {detail}")
+        return None
+
+    def reset_outputs(self, case: Case) -> None:
+        case.data["out"].poison()
+        if "residual" in case.data:
+            case.data["residual"].fill(case.pristine["residual"])
+        case.data["launches"] = 0
+
+    def output_bytes(self, case: Case) -> bytes:
+        out = case.data["out"].array.tobytes()
+        return out + case.data["residual"].array.tobytes() if "residual" in case.data else out
+
+    def baselines(self) -> dict[str, Callable[[Case], Any]]:
+        return {"numpy": self._numpy}
+
+    def _numpy(self, case: Case) -> None:
+        """The float32 reference as numpy evaluates it, written into the case's outputs."""
+        d, eps = case.data, np.float32(self.problem["eps"])
+        d["launches"] += 1
+        x = d["x"]
+        if "residual" in d:
+            x = np.add(x, d["residual"].array, out=d["residual"].array)
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+        np.multiply(x / np.sqrt(ms + eps), d["w"], out=d["out"].array)
+
+    def baseline_memory_bytes(self, name: str, case: Case) -> int:
+        """Peak temporaries numpy allocates for one call, measured with tracemalloc."""
+        fn = self.baselines()[name]
+        tracemalloc.start()
+        try:
+            fn(case)
+            return int(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+
+
+_SCRIPT = r'''
+SOURCE = r"""__SOURCE__"""
+ENTRY = __ENTRY__
+SHAPES = __SHAPES__
+RESIDUAL, EPS = __RESIDUAL__, __EPS__
+RTOL, ATOL = __RTOL__, __ATOL__
+
+
+def reference(x, w, r):
+    x64 = x.astype(np.float64) + (r.astype(np.float64) if r is not None else 0.0)
+    return x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + EPS) * w.astype(np.float64), x64
+
+
+def numpy_f32(x, w, r, out):
+    if r is not None:
+        x = np.add(x, r, out=r)
+    np.multiply(x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(EPS)), w, out=out)
+
+
+def main():
+    p = ctypes.c_void_p
+    fn = build(SOURCE, ENTRY, [p, p, p, p, ctypes.c_int, ctypes.c_int, ctypes.c_float])
+    rng = np.random.default_rng(int(time.time()))
+    ok = True
+    print(f"{'shape':>12} {'check':>6} {'max_abs_err':>12} {'kernel_us':>10} {'numpy_us':>10} {'speedup':>8}")
+    for i, s in enumerate(SHAPES):
+        rows, cols = s["rows"], s["cols"]
+        x = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
+        w = rng.uniform(-1, 1, cols).astype(np.float32)
+        x0, w0 = x.copy(), w.copy()
+        out, raw = guarded((rows, cols))
+        r = r0 = rraw = None
+        if RESIDUAL:
+            r, rraw = guarded((rows, cols))
+            r0 = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
+            r[...] = r0
+        call = lambda: fn(x.ctypes.data, w.ctypes.data, r.ctypes.data if RESIDUAL else None, out.ctypes.data, rows, cols, EPS)
+        call()
+        ref, ref_res = reference(x, w, r0)
+        err = np.abs(out.astype(np.float64) - ref)
+        good = (guards_ok(raw) and np.array_equal(x, x0) and np.array_equal(w, w0) and np.isfinite(out).all()
+                and bool((err <= ATOL + RTOL * np.abs(ref)).all()))
+        if RESIDUAL:
+            good = good and guards_ok(rraw) and bool((np.abs(r - ref_res) <= ATOL + RTOL * np.abs(ref_res)).all())
+        ok &= good
+        reps = 50 if i == 0 else 10
+        t_k = median_us(call, reps)
+        on = np.empty_like(out)
+        rn = r0.copy() if RESIDUAL else None
+        t_n = median_us(lambda: numpy_f32(x, w, rn, on), reps)
+        mae = float(err.max()) if np.isfinite(err).all() else float("inf")
+        print(f"{rows}x{cols:<7} {'ok' if good else 'FAIL':>6} {mae:12.3e} {t_k:10.1f} {t_n:10.1f} {t_n / t_k:7.2f}x")
+    print("verification:", "passed" if ok else "FAILED")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
+'''
