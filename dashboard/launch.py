@@ -1,0 +1,221 @@
+"""Launching and resuming the GA worker from the dashboard.
+
+The worker is the same process the CLI starts (``python -m core run ...``), spawned in its own
+process session (it writes ``runs/<id>/worker.log`` itself; its stderr goes to
+``runs/.launch/<id>.log``): closing the browser or restarting the dashboard never stops it. Arguments are built only from a validated
+:class:`~core.config.RunConfig`; nothing is passed through a shell.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from core.config import FIELDS, ConfigError, RunConfig
+from dashboard.runs import all_runs, load_json
+from dashboard.settings import REPO_ROOT
+from store.control import read_control, write_control
+from store.runs import new_run_id, run_dir
+
+# Fields of the launch form, in order; the others go under "Advanced".
+MAIN_FIELDS = ("population", "generations", "hours", "seed", "weight_time", "weight_memory", "weight_stability",
+               "mutation_rate", "elites", "selection")
+ADVANCED_FIELDS = ("crossover_rate", "parent_fraction", "tournament_size", "stability_launches", "timeout_s",
+                   "compile_workers")
+# Flags the CLI names differently from the field.
+_CLI_SKIP = {"workload", "backend", "weight_time", "weight_memory", "weight_stability", "problem"}
+BUSY_STATUSES = ("running", "paused")
+DOUBLE_CLICK_S = 10.0
+
+_lock = threading.Lock()
+_launched: dict[str, "Launched"] = {}  # process-wide: every session of this dashboard server sees it
+
+
+@dataclass
+class Launched:
+    """A worker process this dashboard server started."""
+
+    run_id: str
+    backend: str
+    device: int
+    process: subprocess.Popen
+    started_at: float
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def field_spec(name: str) -> dict[str, Any]:
+    """What the form needs for one RunConfig field: label, kind, default, bounds, help."""
+    f = FIELDS[name]
+    meta = dict(f.metadata)
+    default = f.default
+    kind = "choice" if "choices" in meta else type(default).__name__
+    return {
+        "name": name,
+        "label": name.replace("_", " ").capitalize(),
+        "kind": kind,
+        "default": default,
+        "min": meta.get("min"),
+        "max": meta.get("max"),
+        "choices": tuple(meta.get("choices", ())),
+        "help": meta.get("help", ""),
+    }
+
+
+def parse_problem(text: str) -> dict:
+    """The problem-size box: empty means the workload's defaults; else a JSON object."""
+    text = (text or "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"problem: not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise ConfigError('problem: must be a JSON object such as {"m": 64, "n": 64, "k": 64}')
+    return value
+
+
+def build_config(values: dict[str, Any]) -> RunConfig:
+    """Validate form values into a RunConfig (ConfigError with a one-line reason otherwise).
+
+    Integers arrive from number inputs as ``int`` and floats as ``float``; the problem as JSON text
+    under ``problem_text`` or as a dict under ``problem``.
+    """
+    raw = {k: v for k, v in values.items() if k in FIELDS and k != "problem"}
+    raw["problem"] = values["problem"] if isinstance(values.get("problem"), dict) else parse_problem(values.get("problem_text", ""))
+    for name, value in list(raw.items()):  # number inputs may hand back 3.0 for an int field
+        want = type(FIELDS[name].default)
+        if want is int and isinstance(value, float) and value.is_integer():
+            raw[name] = int(value)
+    return RunConfig.from_dict(raw)
+
+
+def run_args(cfg: RunConfig) -> list[str]:
+    """CLI arguments for ``python -m core run`` that reproduce ``cfg`` (without runs dir and id)."""
+    args = ["--workload", cfg.workload, "--backend", cfg.backend,
+            "--weights", ",".join(repr(float(w)) for w in cfg.weights)]
+    for f in fields(RunConfig):
+        if f.name in _CLI_SKIP:
+            continue
+        value = getattr(cfg, f.name)
+        if f.name in ADVANCED_FIELDS and value == f.default:
+            continue  # keep the command line short; the CLI's defaults are the same fields
+        args += ["--" + f.name.replace("_", "-"), str(value)]
+    if cfg.problem:
+        args += ["--problem", json.dumps(cfg.problem, sort_keys=True)]
+    return args
+
+
+def stderr_log(runs: Path, run_id: str) -> Path:
+    """Where a spawned worker's stderr goes: ``<runs>/.launch/<run_id>.log``.
+
+    The worker writes its own ``worker.log`` inside the run folder (and echoes the same lines to
+    stdout, which is discarded so the log holds each line once). stderr -- usage errors before the
+    run folder exists, an interpreter crash -- is kept here, beside the run folder, because
+    ``python -m core run`` refuses a run folder that already exists.
+    """
+    folder = run_dir(runs, run_id).parent / ".launch"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{run_id}.log"
+
+
+def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=log, start_new_session=True, close_fds=True, env=env)
+
+
+def busy_reason(runs: Path, backend: str, device: int, last_launch_at: float | None = None) -> str | None:
+    """Why a new run on ``backend:device`` must not start now, or None.
+
+    Refuses a second click within a few seconds of a launch, a run this dashboard started that is
+    still alive on the device, and any run whose heartbeat says it is running or paused there.
+    """
+    if last_launch_at is not None and time.time() - last_launch_at < DOUBLE_CLICK_S:
+        return "A run was started from this page a moment ago; open Monitor to watch it."
+    with _lock:
+        for key, item in _launched.items():
+            if item.alive() and (item.backend, item.device) == (backend, device):
+                what = "a benchmark of run" if key.startswith("bench:") else "run"
+                return f"Device {backend}:{device} is busy: {what} {item.run_id} started from this dashboard is still running."
+    for row in all_runs(runs):
+        if row.get("status") not in BUSY_STATUSES:
+            continue
+        cfg = load_json(runs / row["run_id"] / "config.json") or {}
+        if cfg.get("backend", row.get("backend")) == backend and int(cfg.get("device", 0)) == device:
+            return f"Device {backend}:{device} is busy: run {row['run_id']} is {row['status']} on it (stop it on Monitor first)."
+    return None
+
+
+def launch_run(cfg: RunConfig, runs: Path) -> Launched:
+    """Start ``python -m core run`` for ``cfg`` in its own session; return the new run's handle."""
+    run_id = new_run_id(cfg.workload, cfg.backend)
+    argv = [sys.executable, "-m", "core", "run", *run_args(cfg), "--runs-dir", str(runs), "--run-id", run_id]
+    proc = _spawn(argv, stderr_log(runs, run_id))
+    item = Launched(run_id, cfg.backend, cfg.device, proc, time.time())
+    with _lock:
+        _launched[run_id] = item
+    return item
+
+
+def resume_run(runs: Path, run_id: str) -> Launched:
+    """Start ``python -m core resume <run_id>`` for a dead or stopped run."""
+    folder = run_dir(runs, run_id)
+    cfg = load_json(folder / "config.json") or {}
+    if read_control(folder) in ("stop", "pause"):  # a stale command would stop or pause it at once
+        write_control(folder, "resume")
+    argv = [sys.executable, "-m", "core", "resume", run_id, "--runs-dir", str(runs)]
+    proc = _spawn(argv, stderr_log(runs, run_id))
+    item = Launched(run_id, str(cfg.get("backend", "?")), int(cfg.get("device", 0)), proc, time.time())
+    with _lock:
+        _launched[run_id] = item
+    return item
+
+
+def bench_run(runs: Path, run_id: str) -> Launched:
+    """Start ``python -m core bench <run_id>``: re-measure the champion and every baseline side by side
+    (it writes ``<run>/bench.json``)."""
+    folder = run_dir(runs, run_id)
+    cfg = load_json(folder / "config.json") or {}
+    argv = [sys.executable, "-m", "core", "bench", run_id, "--runs-dir", str(runs)]
+    proc = _spawn(argv, stderr_log(runs, run_id).with_suffix(".bench.log"))
+    item = Launched(run_id, str(cfg.get("backend", "?")), int(cfg.get("device", 0)), proc, time.time())
+    with _lock:
+        _launched[f"bench:{run_id}"] = item
+    return item
+
+
+def launched(run_id: str) -> Launched | None:
+    """The handle of a worker this dashboard started for ``run_id`` (None if none)."""
+    with _lock:
+        return _launched.get(run_id)
+
+
+def stderr_tail(runs: Path, run_id: str, n: int = 30) -> list[str]:
+    """The last ``n`` lines the worker wrote to stderr (empty when none)."""
+    try:
+        return stderr_log(runs, run_id).read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return []
+
+
+def wait_until_listed(runs: Path, item: Launched, timeout_s: float = 20.0) -> bool:
+    """Wait until the new run's ``config.json`` exists (True) or its worker exited (False)."""
+    folder = run_dir(runs, item.run_id)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if (folder / "config.json").exists():
+            return True
+        if not item.alive():
+            return (folder / "config.json").exists()
+        time.sleep(0.2)
+    return (folder / "config.json").exists()

@@ -1,0 +1,88 @@
+"""Streamlit-side helpers shared by the pages: the run selector and cached readers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dashboard.nav import ensure_navigation  # noqa: F401  (pages call ui.ensure_navigation())
+from dashboard.runs import all_runs, data_signature, resolve, run_label
+from dashboard.settings import runs_dir
+from store.reader import RunReader
+
+STATUS_ICON = {"running": "🟢", "paused": "⏸️", "finished": "✅", "stopped": "⏹️", "failed": "❌", "dead": "💀",
+               "starting": "⏳"}
+
+
+def pick_run(label: str = "Run") -> tuple[str, Path] | None:
+    """Sidebar selector over :func:`store.runs.list_runs`; keeps ``?run=`` in the URL in step.
+
+    A run id from the URL is used only if it is a listed run that :func:`store.runs.run_dir`
+    resolves inside the runs folder; anything else is ignored with a warning.
+    """
+    runs = runs_dir()
+    rows = all_runs(runs)
+    ids = [r["run_id"] for r in rows]
+    if not ids:
+        return None
+    by_id = {r["run_id"]: r for r in rows}
+    wanted = st.query_params.get("run")
+    if wanted and resolve(runs, wanted, ids) is None:
+        st.sidebar.warning("The run in the address is not a run of this runs folder; showing another.")
+        wanted = None
+    if wanted and st.session_state.get("_run_from_url") != wanted:
+        st.session_state["_run_from_url"] = wanted
+        st.session_state["run_select"] = wanted
+    if st.session_state.get("run_select") not in ids:
+        current = st.session_state.get("current_run")
+        st.session_state["run_select"] = current if current in ids else ids[0]
+    run_id = st.sidebar.selectbox(label, ids, key="run_select", format_func=lambda i: run_label(by_id[i]))
+    st.session_state["current_run"] = run_id
+    if st.query_params.get("run") != run_id:
+        st.query_params["run"] = run_id
+    st.session_state["_run_from_url"] = run_id
+    return run_id, resolve(runs, run_id, ids)  # type: ignore[return-value]
+
+
+def no_runs_message() -> None:
+    """What a page shows when the runs folder is empty."""
+    st.info(f"No runs yet in `{runs_dir()}`. Start one on the **Launch** page.")
+    st.page_link("pages/launch.py", label="Go to Launch", icon="🚀")
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def generations(folder: str, signature: tuple) -> pd.DataFrame:
+    """Per-generation summaries (cached until the run writes something new)."""
+    return RunReader(folder).generations()
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def individuals(folder: str, generation: int | None, signature: tuple) -> pd.DataFrame:
+    """Individuals of one generation (or all when None), cached until the run writes something new."""
+    return RunReader(folder).individuals(generation)
+
+
+HISTORY_COLS = ["generation", "genome_hash", "parents", "origin", "fitness", "status", "source_hash"]
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def history(folder: str, signature: tuple) -> pd.DataFrame:
+    """Every individual of the run, with only the columns lineage needs (cheap for 5,000 generations)."""
+    return RunReader(folder).individuals(None, columns=HISTORY_COLS)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def kernel(folder: str, source_hash: str) -> dict | None:
+    """A kernel row by source hash (immutable once written, so cached without a signature)."""
+    return RunReader(folder).kernel(source_hash)
+
+
+def signature(folder: Path) -> tuple:
+    """The cache token of a run folder (see :func:`dashboard.runs.data_signature`)."""
+    return data_signature(folder)
+
+
+def status_badge(status: str) -> str:
+    """``running`` -> ``🟢 running``."""
+    return f"{STATUS_ICON.get(status, '•')} {status}"

@@ -1,0 +1,108 @@
+"""Launch page: configure a run (form generated from RunConfig's field metadata) and start the worker."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import streamlit as st
+
+from core.config import ConfigError
+from core.workloads import WORKLOADS, get_workload
+from dashboard import launch as L
+from dashboard import ui
+from dashboard.devices import device_choices
+from dashboard.settings import runs_dir
+
+ui.ensure_navigation()
+
+st.title("🚀 Launch a run")
+st.caption("Evolve a kernel with a genetic algorithm. The run is a separate process: closing this tab or "
+           "restarting the dashboard does not stop it.")
+
+runs = runs_dir()
+devices, unavailable = device_choices()
+left, right = st.columns(2)
+workload_name = left.selectbox("Workload", list(WORKLOADS), key="launch_workload",
+                               format_func=lambda w: f"{w} — {get_workload(w).description}")
+device = right.selectbox("Target device", devices, key="launch_device", format_func=lambda d: d["label"],
+                         help="Every device of every backend that can run here; the CPU (backend c) always can.")
+if unavailable:
+    right.caption("Not available here: " + ", ".join(f"`{b}`" for b in unavailable),
+                  help="\n\n".join(f"**{b}**: {why}" for b, why in unavailable.items()))
+workload = get_workload(workload_name)
+try:
+    defaults = workload.default_problem(device["backend"])
+except Exception:  # a workload without this backend: validation says so on submit
+    defaults = {}
+
+
+def number(container, name: str, label: str | None = None):
+    """A number input for a RunConfig field; bounds are checked by RunConfig, not the widget."""
+    spec = L.field_spec(name)
+    bounds = " · ".join(x for x in (f"min {spec['min']}" if spec["min"] is not None else "",
+                                    f"max {spec['max']}" if spec["max"] is not None else "") if x)
+    help_text = spec["help"] + (f" ({bounds})" if bounds else "")
+    if spec["kind"] == "int":
+        return container.number_input(label or spec["label"], value=spec["default"], step=1, help=help_text,
+                                      key=f"launch_{name}")
+    return container.number_input(label or spec["label"], value=float(spec["default"]), step=0.05, format="%.3f",
+                                  help=help_text, key=f"launch_{name}")
+
+
+with st.form("launch_form", border=True):
+    values: dict = {"workload": workload_name, "backend": device["backend"], "device": device["index"]}
+    c1, c2, c3, c4 = st.columns(4)
+    values["population"] = number(c1, "population")
+    values["generations"] = number(c2, "generations")
+    values["hours"] = number(c3, "hours", "Hours (0 = no limit)")
+    values["seed"] = number(c4, "seed")
+    st.markdown("**Fitness weights** — each term is normalised against the baseline measured at the start of the run")
+    w1, w2, w3 = st.columns(3)
+    values["weight_time"] = number(w1, "weight_time", "Weight: time")
+    values["weight_memory"] = number(w2, "weight_memory", "Weight: memory")
+    values["weight_stability"] = number(w3, "weight_stability", "Weight: stability")
+    g1, g2, g3 = st.columns(3)
+    values["mutation_rate"] = number(g1, "mutation_rate")
+    values["elites"] = number(g2, "elites")
+    sel = L.field_spec("selection")
+    values["selection"] = g3.selectbox("Selection", sel["choices"], index=sel["choices"].index(sel["default"]),
+                                       help=sel["help"], key="launch_selection")
+    values["problem_text"] = st.text_input(
+        "Problem (JSON)", key="launch_problem", placeholder=json.dumps(defaults),
+        help=f"Problem sizes; empty uses the workload's defaults for this backend: {json.dumps(defaults)}")
+    with st.expander("Advanced"):
+        cols = st.columns(3)
+        for i, name in enumerate(L.ADVANCED_FIELDS):
+            values[name] = number(cols[i % 3], name)
+    submitted = st.form_submit_button("Start run", type="primary")
+
+if submitted:
+    try:
+        cfg = L.build_config(values)
+    except ConfigError as exc:
+        st.error(f"Cannot start: {exc}", icon="⚠️")
+        st.stop()
+    reason = L.busy_reason(runs, cfg.backend, cfg.device, st.session_state.get("last_launch_at"))
+    if reason:
+        st.warning(reason, icon="⛔")
+        st.stop()
+    item = L.launch_run(cfg, runs)
+    st.session_state["last_launch_at"] = item.started_at
+    st.session_state["current_run"] = item.run_id
+    st.session_state.pop("run_select", None)
+    with st.spinner(f"Starting run {item.run_id}…"):
+        listed = L.wait_until_listed(runs, item)
+    if listed:
+        st.switch_page("pages/monitor.py", query_params={"run": item.run_id})
+    st.error(f"Run {item.run_id} did not start. Last lines it wrote:")
+    st.code("\n".join(L.stderr_tail(runs, item.run_id)) or "(nothing)", language="text")
+    st.stop()
+
+with st.expander("Same run from a terminal"):
+    try:
+        preview = L.build_config(values)
+        cmd = [sys.executable.rsplit("/", 1)[-1], "-m", "core", "run", *L.run_args(preview), "--runs-dir", str(runs)]
+        st.code(shlex.join(cmd), language="bash")
+    except ConfigError as exc:
+        st.caption(f"(fix the form first: {exc})")

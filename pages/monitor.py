@@ -1,0 +1,135 @@
+"""Monitor page: one run, live. Only the fragment below refreshes; the rest of the page stays put."""
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, data, ui
+from dashboard import launch as L
+from dashboard.settings import LIVE_STATUSES, refresh_seconds, runs_dir
+from store.control import read_control, write_control
+from store.reader import RunReader
+from store.schema import StoreError
+
+ui.ensure_navigation()
+
+picked = ui.pick_run()
+if picked is None:
+    st.title("📈 Monitor")
+    ui.no_runs_message()
+    st.stop()
+run_id, folder = picked
+reader = RunReader(folder)
+try:
+    cfg = reader.config()
+except StoreError as exc:
+    st.error(str(exc))
+    st.stop()
+st.title(f"📈 {run_id}")
+st.caption(f"{cfg.get('workload', '?')} on {cfg.get('backend', '?')}:{cfg.get('device', 0)} · population "
+           f"{cfg.get('population', '?')} · selection {cfg.get('selection', '?')} · weights time/memory/stability "
+           f"{cfg.get('weight_time', '?')}/{cfg.get('weight_memory', '?')}/{cfg.get('weight_stability', '?')} · "
+           f"problem {cfg.get('problem', {})}")
+def is_live(status: str) -> bool:
+    """Refresh while the run is running/paused/starting, or while a worker this dashboard just
+    started for it is alive but has not written its first heartbeat yet."""
+    item = L.launched(run_id)
+    return status in LIVE_STATUSES or bool(item and item.alive() and status in ("dead", "stopped", "failed"))
+
+
+live = is_live(reader.status())
+
+
+def controls(status: str) -> None:
+    """Pause / resume / stop (written to control.json; the worker obeys between generations)."""
+    pending = read_control(folder)
+    c1, c2, c3, c4 = st.columns([1, 1, 1, 4])
+    if c1.button("⏸ Pause", disabled=status != "running", key="ctl_pause", width="stretch"):
+        write_control(folder, "pause")
+        pending = "pause"
+    if c2.button("▶ Resume", disabled=status != "paused", key="ctl_resume", width="stretch"):
+        write_control(folder, "resume")
+        pending = "resume"
+    if c3.button("⏹ Stop", disabled=status not in ("running", "paused"), key="ctl_stop", width="stretch"):
+        write_control(folder, "stop")
+        pending = "stop"
+    expected = {"pause": "paused", "resume": "running", "stop": "stopped"}
+    if pending and status in LIVE_STATUSES and expected.get(pending) != status:
+        c4.info(f"**{pending}** requested — the worker obeys at the end of the current generation.")
+
+
+def dead_run(status: str) -> None:
+    """A run that is no longer running: say why, show the log, offer to resume."""
+    lines = reader.log_tail(40)
+    if status == "dead":
+        st.error("The worker stopped sending heartbeats and its process is gone: this run is **dead**.", icon="💀")
+    elif status == "failed":
+        st.error("The worker reported a failure.", icon="❌")
+    else:
+        st.info("This run was stopped. It can be resumed from its last committed generation.", icon="⏹️")
+    with st.expander("Last lines of worker.log", expanded=status != "stopped"):
+        st.code("\n".join(lines) or "(empty log)", language="text")
+        errors = L.stderr_tail(runs_dir(), run_id)
+        if errors:
+            st.markdown("The worker's stderr:")
+            st.code("\n".join(errors), language="text")
+    if st.button("↻ Resume run", type="primary", key="resume_run"):
+        reason = L.busy_reason(runs_dir(), str(cfg.get("backend")), int(cfg.get("device", 0)))
+        if reason:
+            st.warning(reason)
+        else:
+            L.resume_run(runs_dir(), run_id)
+            st.toast(f"Resuming {run_id}…")
+            st.rerun()
+
+
+def body() -> None:
+    """The live part: status, progress, controls and every chart."""
+    status = reader.status()
+    if is_live(status) != live:
+        st.rerun(scope="app")  # switch refreshing on or off
+    sig = ui.signature(folder)
+    gens = ui.generations(str(folder), sig)
+    hb = reader.heartbeat()
+    prog = data.progress(cfg, gens, hb)
+    best = gens["best_fitness"].max() if not gens.empty else None
+    m = st.columns([1.3, 1, 1, 1.1, 1, 1])
+    m[0].metric("Status", ui.status_badge(status))
+    m[1].metric("Generation", f"{prog['done']} / {prog['target']}" if prog["target"] else f"{prog['done']}")
+    m[2].metric("Best fitness", f"{best:.4f}" if best is not None else "—")
+    m[3].metric("Elapsed", data.duration(prog["elapsed_s"]))
+    m[4].metric("ETA", data.duration(prog["eta_s"]) if status in LIVE_STATUSES else "—")
+    m[5].metric("Evaluations / s", f"{prog['evals_per_s']:.2f}" if prog["evals_per_s"] is not None else "—")
+    phase = (hb or {}).get("phase") if status in LIVE_STATUSES else ""
+    st.progress(prog["fraction"], text=prog["label"] + (f" · {phase}" if phase else ""))
+    if status in LIVE_STATUSES:
+        controls(status)
+    elif L.launched(run_id) and L.launched(run_id).alive():
+        st.info("Worker started: waiting for its first heartbeat…", icon="⏳")
+    elif status in ("dead", "failed", "stopped"):
+        dead_run(status)
+    if not gens.empty:
+        last = gens.iloc[-1]
+        st.caption(f"Champion `{last.get('champion_hash', '?')}` · best time {data.fmt_time_us(last.get('best_time_us'))}"
+                   f" · best memory {data.fmt_bytes(last.get('best_memory_bytes'))}"
+                   f" · last generation: {int(last.get('n_evaluated', 0) or 0)} new candidates evaluated,"
+                   f" {int(last.get('n_lethal', 0) or 0)} lethal")
+    left, right = st.columns(2)
+    left.plotly_chart(charts.fitness(data.fitness_curves(gens)), key="chart_fitness", config={"displaylogo": False})
+    right.plotly_chart(charts.time_and_memory(data.series(gens, ["best_time_us", "best_memory_bytes"], "min")),
+                       key="chart_time_memory", config={"displaylogo": False})
+    left, right = st.columns(2)
+    left.plotly_chart(charts.lethal(data.lethal_causes(gens)), key="chart_lethal", config={"displaylogo": False})
+    right.plotly_chart(charts.diversity(data.series(gens, ["diversity"], "mean")), key="chart_diversity",
+                       config={"displaylogo": False})
+    if gens.empty:
+        return
+    latest = int(gens["generation"].max())
+    c1, c2 = st.columns([1, 3])
+    follow = c1.toggle("Follow the latest generation", value=True, key="pareto_follow")
+    gen = latest if follow else int(c2.number_input("Generation", min_value=0, max_value=latest, value=latest,
+                                                     key="pareto_gen"))
+    inds = ui.individuals(str(folder), gen, sig if gen == latest else ())
+    st.plotly_chart(charts.pareto(data.pareto_points(inds), gen), key="chart_pareto", config={"displaylogo": False})
+
+
+st.fragment(body, run_every=refresh_seconds() if live else None)()

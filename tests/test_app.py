@@ -1,0 +1,368 @@
+"""AppTest tests of every dashboard page: empty runs folder, a populated run, form validation, buttons.
+
+AppTest runs the scripts in this process without a browser (it cannot fire ``run_every`` timers or
+draw charts: tests/test_browser.py covers that). Runs are built with the real store writer
+(:func:`dashboard.synthetic.build_run`) in a temporary runs folder given through ABEBOT_RUNS_DIR.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.cli import build_parser, config_from_args
+from dashboard import launch as L
+from dashboard.synthetic import build_run
+from store.control import read_control
+from store.runs import atomic_write_json, read_json
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+PAGES = ["launch", "monitor", "genomes", "benchmark", "export", "runs"]
+TIMEOUT = 60
+
+
+@pytest.fixture(autouse=True)
+def no_launched_workers(monkeypatch):
+    """Each test starts with an empty registry of workers started by this dashboard process."""
+    monkeypatch.setattr(L, "_launched", {})
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    monkeypatch.setenv("ABEBOT_RUNS_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def finished_runs(tmp_path_factory) -> tuple[Path, str]:
+    folder = tmp_path_factory.mktemp("populated")
+    return folder, build_run(folder, generations=6, population=8, seed=3)
+
+
+@pytest.fixture
+def populated(finished_runs, monkeypatch) -> tuple[Path, str]:
+    monkeypatch.setenv("ABEBOT_RUNS_DIR", str(finished_runs[0]))
+    return finished_runs
+
+
+def app(page: str = "launch", query: dict | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if query:
+        at.query_params.update(query)
+    at.run()
+    # Always switch, even to the default page: every later run then addresses the page by the same
+    # hash (AppTest restarts Streamlit's legacy multipage mode on each run; see dashboard.nav).
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at: AppTest) -> str:
+    parts = [e.value for kind in ("markdown", "caption", "info", "warning", "error", "success", "title", "subheader")
+             for e in getattr(at, kind)]
+    return "\n".join(str(p) for p in parts)
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def submit(at: AppTest) -> AppTest:
+    next(b for b in at.button if b.label == "Start run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def run_folders(runs: Path) -> list[Path]:
+    return [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+
+# -- empty runs folder ---------------------------------------------------------------------------
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_with_no_runs(runs, page):
+    at = app(page)
+    if page != "launch":
+        assert "No runs yet" in texts(at)
+
+
+def test_launch_form_is_generated_from_run_config(runs):
+    at = app()
+    labels = {n.label for n in at.number_input}
+    for name in L.MAIN_FIELDS + L.ADVANCED_FIELDS:
+        if name != "selection":
+            assert any(name.replace("_", " ").lower() in label.lower() or label.lower().startswith("weight")
+                       for label in labels), name
+    assert at.number_input(key="launch_population").value == 16
+    assert "top10" in at.selectbox(key="launch_selection").options
+    assert any("CPU" in str(o) for o in at.selectbox(key="launch_device").options)
+
+
+# -- launch form validation ------------------------------------------------------------------------
+@pytest.mark.parametrize("setup, message", [
+    ({"launch_population": 1}, "population must be >= 2"),
+    ({"launch_weight_time": 0.0, "launch_weight_memory": 0.0, "launch_weight_stability": 0.0},
+     "fitness weights must not all be zero"),
+    ({"launch_weight_memory": -1.0}, "weight_memory must be >= 0"),
+    ({"launch_generations": 0}, "give a budget"),
+    ({"launch_elites": 16}, "elites (16) must be fewer than the population (16)"),
+    ({"launch_mutation_rate": 1.5}, "mutation_rate must be <= 1.0"),
+])
+def test_launch_rejects_invalid_settings(runs, setup, message):
+    at = app()
+    for key, value in setup.items():
+        at.number_input(key=key).set_value(value)
+    submit(at)
+    assert any(message in e.value for e in at.error), [e.value for e in at.error]
+    assert run_folders(runs) == []  # nothing spawned, nothing written
+
+
+@pytest.mark.parametrize("problem, message", [
+    ('{"m": 64,', "problem: not valid JSON"),
+    ("[64, 64]", "problem: must be a JSON object"),
+    ('{"m": 0}', "m must be an integer from 1"),
+    ('{"q": 3}', "has no setting q"),
+])
+def test_launch_rejects_bad_problem(runs, problem, message):
+    at = app()
+    at.text_input(key="launch_problem").input(problem)
+    submit(at)
+    assert any(message in e.value for e in at.error), [e.value for e in at.error]
+    assert run_folders(runs) == []
+
+
+def test_launch_refuses_a_busy_device(runs):
+    build_run(runs, generations=2, population=4, status="running")  # heartbeat pid: this live process
+    at = app()
+    before = set(run_folders(runs))
+    submit(at)
+    assert any("busy" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert set(run_folders(runs)) == before
+
+
+def test_second_click_is_refused(runs, monkeypatch):
+    started = []
+
+    class FakeProcess:
+        pid = 0
+
+        def poll(self):
+            return None
+
+    def fake_launch(cfg, folder):
+        item = L.Launched("20260101-000000-gemm-c-0000", cfg.backend, cfg.device, FakeProcess(), __import__("time").time())
+        started.append(item)
+        return item
+
+    monkeypatch.setattr(L, "launch_run", fake_launch)
+    monkeypatch.setattr(L, "wait_until_listed", lambda *a, **k: False)
+    at = app()
+    submit(at)
+    assert len(started) == 1
+    submit(at)
+    assert len(started) == 1
+    assert any("a moment ago" in w.value for w in at.warning)
+
+
+def test_cli_arguments_reproduce_the_form_config():
+    cfg = L.build_config({"workload": "gemm", "backend": "c", "device": 0, "population": 6, "generations": 3,
+                          "hours": 0.5, "seed": 7, "weight_time": 0.5, "weight_memory": 0.25, "weight_stability": 0.25,
+                          "mutation_rate": 0.3, "elites": 1, "selection": "tournament", "tournament_size": 4,
+                          "problem_text": '{"m": 64, "n": 64, "k": 64}'})
+    args = build_parser().parse_args(["run", *L.run_args(cfg)])
+    assert config_from_args(args) == cfg
+
+
+def test_launch_spawns_the_cli_in_its_own_session(runs, monkeypatch):
+    calls = {}
+
+    class Proc:
+        def poll(self):
+            return None
+
+    def fake_popen(argv, **kw):
+        calls.update(argv=argv, **kw)
+        return Proc()
+
+    monkeypatch.setattr(L.subprocess, "Popen", fake_popen)
+    cfg = L.build_config({"workload": "gemm", "backend": "c", "population": 4, "generations": 2,
+                          "problem_text": '{"m": 64, "n": 64, "k": 64}'})
+    item = L.launch_run(cfg, runs)
+    assert calls["argv"][:4] == [sys.executable, "-m", "core", "run"]
+    assert calls["argv"][-4:] == ["--runs-dir", str(runs), "--run-id", item.run_id]
+    assert calls["start_new_session"] is True and calls["stdin"] == subprocess.DEVNULL
+    assert "shell" not in calls
+    assert L.busy_reason(runs, "c", 0) and "busy" in L.busy_reason(runs, "c", 0)
+    assert L.busy_reason(runs, "cuda", 0) is None
+
+
+# -- a populated run ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("page", PAGES[1:])
+def test_every_page_renders_a_populated_run(populated, page):
+    at = app(page)
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_monitor_shows_progress_and_status(populated):
+    at = app("monitor")
+    assert metric(at, "Generation") == "6 / 6"
+    assert "finished" in metric(at, "Status")
+    assert float(metric(at, "Best fitness")) > 0
+    assert not any(b.label.endswith("Pause") for b in at.button)  # a finished run has no controls
+
+
+def test_query_param_selects_a_run_and_bad_ids_are_ignored(populated, tmp_path):
+    runs, run_id = populated
+    at = app("monitor", {"run": run_id})
+    assert at.selectbox(key="run_select").value == run_id
+    for bad in ("../../etc", "x/../../y", "not-a-run"):
+        at = app("monitor", {"run": bad})
+        assert at.selectbox(key="run_select").value == run_id
+        assert any("not a run of this runs folder" in w.value for w in at.sidebar.warning)
+
+
+def test_genomes_defaults_to_champion_and_parent_with_a_diff(populated):
+    at = app("genomes")
+    from store.reader import RunReader
+
+    runs, run_id = populated
+    champion = RunReader(runs / run_id).champion()
+    assert at.selectbox(key="ind_B").value == champion["genome_hash"]
+    assert at.selectbox(key="ind_A").value in json.loads(champion["parents"]) or at.selectbox(key="ind_A").value
+    diffs = [c.value for c in at.code if c.language == "diff"]
+    assert diffs and diffs[0].startswith("--- A/") and "+++ B/" in diffs[0]
+    assert "Lineage of the champion" in texts(at)
+
+
+def test_benchmark_table_lists_champion_baselines_and_roofline(populated):
+    at = app("benchmark")
+    table = at.dataframe[0].value
+    assert list(table["name"])[:1] == ["evolved champion"]
+    assert {"numpy (primary)", "roofline"} <= set(table["name"])
+    assert "×" in metric(at, "vs numpy")
+
+
+def test_export_writes_inside_the_run_folder_only(populated):
+    runs, run_id = populated
+    at = app("export")
+    next(b for b in at.button if "exports/" in b.label).click().run()
+    assert not at.exception
+    written = list((runs / run_id / "exports").glob("champion-*/01_*"))
+    assert written, list((runs / run_id).rglob("*"))
+    names = {p.name for p in written[0].iterdir()}
+    assert {"genome.json", "report.json", "kernel.c"} <= names
+    assert not at.text_input  # no user-typed path anywhere on the page
+
+
+def test_runs_page_lists_and_compares(populated):
+    runs, run_id = populated
+    at = app("runs")
+    assert run_id in list(at.dataframe[0].value["run_id"])
+    assert at.multiselect(key="compare_runs").value == [run_id]
+
+
+# -- controls of a live run, and a dead run ------------------------------------------------------
+@pytest.fixture
+def live_run(runs) -> str:
+    return build_run(runs, generations=3, population=6, status="running")  # alive: this process's pid
+
+
+def test_pause_resume_stop_write_control_json(runs, live_run):
+    at = app("monitor")
+    assert "running" in metric(at, "Status")
+    at.button(key="ctl_pause").click().run()
+    assert read_control(runs / live_run) == "pause"
+    assert "pause" in texts(at)
+    at.button(key="ctl_stop").click().run()
+    assert read_control(runs / live_run) == "stop"
+
+
+def test_paused_run_offers_resume(runs, live_run):
+    hb = read_json(runs / live_run / "heartbeat.json")
+    atomic_write_json(runs / live_run / "heartbeat.json", {**hb, "status": "paused"})
+    at = app("monitor")
+    assert at.button(key="ctl_pause").disabled and not at.button(key="ctl_resume").disabled
+    at.button(key="ctl_resume").click().run()
+    assert read_control(runs / live_run) == "resume"
+
+
+def test_dead_run_shows_log_and_resume(runs, live_run, monkeypatch):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    hb = read_json(runs / live_run / "heartbeat.json")
+    atomic_write_json(runs / live_run / "heartbeat.json", {**hb, "pid": gone.pid, "pid_start": None})
+    with open(runs / live_run / "worker.log", "a") as log:
+        log.write("gen 2/3 best 1.0\nTraceback: the last words of the worker\n")
+    resumed = []
+    monkeypatch.setattr(L, "resume_run", lambda folder, run_id: resumed.append(run_id))
+    at = app("monitor")
+    assert "dead" in metric(at, "Status")
+    assert any("the last words of the worker" in c.value for c in at.code)
+    at.button(key="resume_run").click().run()
+    assert resumed == [live_run]
+
+
+def test_resume_clears_a_stale_stop_and_spawns_resume(runs, live_run, monkeypatch):
+    from store.control import write_control
+
+    write_control(runs / live_run, "stop")
+    spawned = []
+
+    class Proc:
+        def poll(self):
+            return None
+
+    monkeypatch.setattr(L, "_spawn", lambda argv, log: spawned.append(argv) or Proc())
+    L.resume_run(runs, live_run)
+    assert read_control(runs / live_run) == "resume"
+    assert spawned[0][:5] == [sys.executable, "-m", "core", "resume", live_run]
+    assert spawned[0][-2:] == ["--runs-dir", str(runs)]
+
+
+def test_monitor_of_a_run_that_is_still_starting(runs):
+    folder = runs / "20260101-000000-gemm-c-beef"
+    folder.mkdir()
+    atomic_write_json(folder / "config.json", {"workload": "gemm", "backend": "c", "device": 0, "generations": 5,
+                                               "population": 4})
+    at = app("monitor")
+    assert "starting" in metric(at, "Status")
+    assert metric(at, "Generation") == "0 / 5"
+    for page in ("genomes", "benchmark", "export"):
+        at = app(page)
+        assert at.info, page  # "nothing yet" messages, no errors
+
+
+def test_benchmark_remeasure_button_and_bench_json(runs, monkeypatch):
+    run_id = build_run(runs, generations=3, population=6)
+    started = []
+    monkeypatch.setattr(L, "bench_run", lambda folder, rid: started.append(rid))
+    at = app("benchmark")
+    at.button(key="bench_now").click().run()
+    assert started == [run_id]
+    from store.reader import RunReader
+
+    champ = RunReader(runs / run_id).champion()
+    atomic_write_json(runs / run_id / "bench.json", {
+        "run_id": run_id, "measured_at": 0, "rounds": 3, "genome_hash": champ["genome_hash"], "primary": "numpy",
+        "flops": 1e6, "io_bytes": 1e5, "roofline_us": None, "device": {"name": "cpu", "backend": "c", "index": 0},
+        "champion": {"time_us": 10.0, "spread_us": 0.1, "memory_bytes": 1000},
+        "baselines": {"numpy": {"time_us": 20.0, "spread_us": 0.2, "memory_bytes": 900}}})
+    at = app("benchmark")
+    assert at.radio(key="bench_source").value == "re-measured"
+    assert metric(at, "vs numpy") == "2.00×"
+    at.radio(key="bench_source").set_value("run start").run()
+    assert metric(at, "vs numpy") != "2.00×"
+
+
+def test_streamlit_binds_loopback_and_sends_no_usage_stats():
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert cfg["server"]["address"] == "127.0.0.1"
+    assert cfg["browser"]["gatherUsageStats"] is False

@@ -1,0 +1,194 @@
+"""The real browser test: Debian's Chromium, driven by Playwright, against ``streamlit run app.py``.
+
+It launches a small CPU run from the form (the real worker through the real launch path), watches
+the Monitor page gain generations without reloading, pauses and stops the run, reads a genome diff
+and downloads the export zip. The server and the worker's process group are always killed at the end.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+ROOT = Path(__file__).resolve().parents[1]
+GENERATIONS = 60  # the budget of the launched run; it is stopped long before
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing: apt-get install chromium"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("streamlit did not become healthy")
+
+
+def kill_group(pid: int | None) -> None:
+    if not pid:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@pytest.fixture
+def server(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    port = free_port()
+    env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs), ABEBOT_REFRESH_S="1")
+    log = open(tmp_path / "streamlit.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                             "--server.headless", "true", "--server.address", "127.0.0.1",
+                             "--browser.gatherUsageStats", "false"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url, runs
+    finally:
+        for hb in runs.glob("*/heartbeat.json"):  # the worker runs in its own session: kill its group
+            try:
+                kill_group(int(json.loads(hb.read_text()).get("pid") or 0))
+            except (OSError, ValueError):
+                pass
+        kill_group(proc.pid)
+        proc.wait(timeout=10)
+        log.close()
+
+
+def metric(page, label: str):
+    return page.locator('[data-testid="stMetric"]').filter(
+        has=page.get_by_text(label, exact=True)).locator('[data-testid="stMetricValue"]')
+
+
+def generations_shown(page) -> int:
+    text = metric(page, "Generation").inner_text(timeout=10_000)
+    m = re.match(r"\s*(\d+)", text)
+    return int(m.group(1)) if m else -1
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval: float = 0.5):
+    deadline = time.time() + timeout_s
+    last = None
+    while time.time() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:  # an element between two renders
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def click_until(page, button: str, status: str, timeout_s: float = 90) -> None:
+    """Click ``button`` and wait for the Status metric to say ``status``; click again if the click
+    landed while the live fragment was being redrawn."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        page.get_by_role("button", name=button).click()
+        try:
+            wait_for(lambda: status in metric(page, "Status").inner_text(), min(20, deadline - time.time()),
+                     f"status {status}")
+            return
+        except AssertionError:
+            continue
+    raise AssertionError(f"the run never became {status}")
+
+
+def test_launch_watch_pause_stop_diff_export(server, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    url, runs = server
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+            page.set_default_timeout(30_000)
+            page.goto(url + "/launch")
+            page.get_by_role("spinbutton", name="Population").fill("4")
+            page.get_by_role("spinbutton", name="Generations").fill(str(GENERATIONS))
+            page.get_by_role("textbox", name="Problem (JSON)").fill('{"m": 64, "n": 64, "k": 64}')
+            page.get_by_role("button", name="Start run").click()
+
+            # The launch page switches to Monitor once the worker has created its run folder.
+            page.wait_for_url(re.compile(r".*/monitor\?run=.+"), timeout=60_000)
+            run_id = page.url.split("run=")[1].split("&")[0]
+            assert (runs / run_id / "config.json").exists()
+            cfg = json.loads((runs / run_id / "config.json").read_text())
+            assert (cfg["population"], cfg["generations"], cfg["problem"]["m"]) == (4, GENERATIONS, 64)
+
+            # Live: the fragment refreshes; the page is never reloaded.
+            first = wait_for(lambda: generations_shown(page) >= 1 and generations_shown(page), 90, "generation 1")
+            page.evaluate("window.__not_reloaded = true")
+            later = wait_for(lambda: (n := generations_shown(page)) > first and n, 60, "another generation")
+            assert later > first
+            assert page.evaluate("window.__not_reloaded === true")
+            # The fitness chart's "best" trace has a point per generation shown.
+            points = page.evaluate("() => { const g = document.querySelector('.js-plotly-plot');"
+                                   " return g && g.calcdata ? g.calcdata[1].length : -1 }")
+            assert points >= later, points
+
+            # Pause, then stop: the worker obeys between generations.
+            click_until(page, "Pause", "paused")
+            paused_at = generations_shown(page)
+            time.sleep(3)
+            assert generations_shown(page) == paused_at
+            click_until(page, "Stop", "stopped")
+            assert page.evaluate("window.__not_reloaded === true")
+
+            # Genomes: two individuals with a unified diff of their kernel sources.
+            page.get_by_role("link", name="Genomes").click()
+            page.get_by_text("Lineage of the champion").wait_for()
+            code = page.locator('[data-testid="stCode"]').first.inner_text()
+            assert code.startswith("--- A/") and "+++ B/" in code and "@@" in code, code[:400]
+
+            # Export: download the champion zip and look inside.
+            page.get_by_role("link", name="Export").click()
+            with page.expect_download(timeout=60_000) as info:
+                page.get_by_role("button", name="Download zip").click()
+            target = tmp_path / "export.zip"
+            info.value.save_as(target)
+            names = zipfile.ZipFile(io.BytesIO(target.read_bytes())).namelist()
+            base = {n.rsplit("/", 1)[-1] for n in names}
+            assert {"kernel.c", "genome.json", "report.json", "run_kernel.py"} <= base, names
+            report = json.loads(zipfile.ZipFile(target).read(next(n for n in names if n.endswith("report.json"))))
+            assert report["run_id"] == run_id and report["verification"]["status"] == "ok"
+            page.screenshot(path=str(tmp_path / "export.png"))
+        finally:
+            browser.close()
