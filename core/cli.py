@@ -211,3 +211,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("abebot: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a failed run: the traceback is in the run's worker.log
+        print(f"abebot: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
