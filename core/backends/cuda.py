@@ -1,0 +1,236 @@
+"""Backend ``cuda``: CUDA C compiled by NVRTC (through CuPy) to a cubin for the device's own arch.
+
+Where each half runs:
+
+* ``availability``/``devices`` query the GPUs in a short child process (cached), so the GA process
+  never creates a CUDA context and stays safe to fork;
+* ``compile`` (GA process, thread pool) calls NVRTC with an explicit ``--gpu-architecture=sm_XY``:
+  NVRTC is a plain compiler library and needs no device or context. The cubin and a JSON side file
+  (ptxas resource report: registers, shared, spill bytes) are cached by source hash;
+* :class:`CudaRuntime` (sandbox only) loads the cubin with ``cupy.RawModule``, reads the function's
+  own attributes (``num_regs``, ``shared_size_bytes``, ``local_size_bytes``) and launches on
+  torch's current stream, so torch inputs, CUDA events and CUDA graphs all see the same stream.
+
+Kernels are header-free CUDA C (bf16/fp16 handled as 16-bit integers with PTX conversions), so
+NVRTC needs no include paths and ``nvcc -ptx`` checks the same text on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
+from core.workloads.gpu_harness import TorchCudaRuntime
+
+_PROBE = r"""
+import json, sys
+out = {"devices": [], "error": None}
+try:
+    import cupy
+    from cupy.cuda import runtime
+    n = runtime.getDeviceCount()
+    versions = {"driver": runtime.driverGetVersion(), "cuda_runtime": runtime.runtimeGetVersion(),
+                "cupy": cupy.__version__}
+    try:
+        from cupy.cuda import nvrtc
+        versions["toolkit"] = "nvrtc-%d.%d" % nvrtc.getVersion()
+    except Exception as exc:
+        versions["toolkit"] = "nvrtc-missing"
+    from importlib import metadata
+    for pkg in ("torch", "triton"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except Exception:
+            versions[pkg] = None
+    for i in range(n):
+        p = runtime.getDeviceProperties(i)
+        try:  # peak DRAM bandwidth (double data rate); the evaluator flags kernels faster than it
+            clk = runtime.deviceGetAttribute(36, i)  # cudaDevAttrMemoryClockRate, kHz
+            bus = runtime.deviceGetAttribute(37, i)  # cudaDevAttrGlobalMemoryBusWidth, bits
+            versions = dict(versions, memory_bandwidth=clk * 1000.0 * 2 * bus / 8)
+        except Exception:
+            pass
+        name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+        out["devices"].append({"index": i, "name": name, "memory_bytes": int(p["totalGlobalMem"]),
+            "multiprocessors": int(p["multiProcessorCount"]),
+            "shared_mem_per_block": int(p.get("sharedMemPerBlockOptin", p["sharedMemPerBlock"])),
+            "registers_per_block": int(p["regsPerBlock"]), "registers_per_thread": 255,
+            "max_threads_per_block": int(p["maxThreadsPerBlock"]), "l2_bytes": int(p["l2CacheSize"]),
+            "arch": "sm_%d%d" % (p["major"], p["minor"]), "versions": versions})
+    if n == 0:
+        out["error"] = "no CUDA device"
+except Exception as exc:
+    out["error"] = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+print(json.dumps(out))
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> dict:
+    """GPU inventory from a child process: ``{"devices": [...], "error": str | None}``."""
+    try:
+        res = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except Exception as exc:  # no python output at all: report why
+        return {"devices": [], "error": f"device probe failed: {exc}"}
+
+
+_PTXAS = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "static_shared_bytes": re.compile(r"(\d+) bytes smem"),
+    "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
+    "spill_store_bytes": re.compile(r"(\d+) bytes spill stores"),
+    "spill_load_bytes": re.compile(r"(\d+) bytes spill loads"),
+}
+
+
+def parse_ptxas(log: str) -> dict:
+    """Resource figures from a ``ptxas -v`` report (missing ones are left out)."""
+    out = {}
+    for key, rx in _PTXAS.items():
+        m = rx.search(log)
+        if m:
+            out[key] = int(m.group(1))
+    if "spill_store_bytes" in out or "spill_load_bytes" in out:
+        out["spill_bytes"] = out.get("spill_store_bytes", 0) + out.get("spill_load_bytes", 0)
+    return out
+
+
+def nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bytes, str]:
+    """(cubin, log) through CuPy's NVRTC binding; CompileError with the log on failure."""
+    from cupy.cuda import nvrtc
+
+    prog = nvrtc.createProgram(source, name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError as exc:
+            log = nvrtc.getProgramLog(prog)
+            raise CompileError((log or str(exc))[-8000:]) from None
+        return nvrtc.getCUBIN(prog), nvrtc.getProgramLog(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+class CudaBackend(Backend):
+    """CUDA C through NVRTC; see the module docstring for what runs where."""
+
+    name = "cuda"
+    language = "cuda"
+    _lock = threading.Lock()
+
+    @classmethod
+    def availability(cls) -> str | None:
+        try:
+            import cupy  # noqa: F401
+        except Exception as exc:
+            return f"cupy cannot be imported ({type(exc).__name__}: {exc})"
+        info = probe()
+        if info["error"] or not info["devices"]:
+            return f"no usable CUDA device: {info['error'] or 'none found'}"
+        return None
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        return [DeviceInfo(backend=cls.name, **d) for d in probe()["devices"]]
+
+    def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
+        key = self.cache_key(kernel)
+        cache_dir = Path(cache_dir)
+        cubin, meta = cache_dir / f"{key}.cubin", cache_dir / f"{key}.json"
+        if cubin.exists() and meta.exists():
+            info = json.loads(meta.read_text())
+            return self._artifact(kernel, key, cubin, info["resources"], 0.0, info["log"])
+        options = [f"--gpu-architecture={self.device.arch}", *kernel.flags]
+        t0 = time.perf_counter()
+        try:
+            data, log = nvrtc_compile(kernel.source, f"{key}.cu", options + ["--ptxas-options=-v"])
+        except CompileError as exc:
+            if "ptxas-options" not in str(exc):
+                raise
+            data, log = nvrtc_compile(kernel.source, f"{key}.cu", options)  # older NVRTC: no -v
+        seconds = time.perf_counter() - t0
+        resources = {**kernel.resources, **parse_ptxas(log)}
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_write(cubin, data)
+        _atomic_write(meta, json.dumps({"resources": resources, "log": log[-4000:]}).encode())
+        return self._artifact(kernel, key, cubin, resources, seconds, log)
+
+    @staticmethod
+    def _artifact(kernel: KernelSource, key: str, path: Path, resources: dict, seconds: float, log: str) -> Artifact:
+        return Artifact(backend="cuda", source_hash=key, entry=kernel.entry, path=str(path), launch=dict(kernel.launch),
+                        resources=dict(resources), compile_seconds=seconds, log=log[-4000:])
+
+    def make_runtime(self) -> Runtime:
+        return CudaRuntime(self.device.index)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class CudaKernel:
+    """A loaded CUDA function plus its template launch parameters and measured resources."""
+
+    def __init__(self, function: Any, artifact: Artifact):
+        self.function = function
+        self.launch_params = dict(artifact.launch)
+        self.resources = dict(artifact.resources)
+        self._streams: dict[int, Any] = {}
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
+        """Launch on torch's current stream; torch tensors become pointers, ints int32, floats float32."""
+        import cupy
+        import numpy as np
+
+        from core.workloads.gpu_harness import current_stream_ptr
+
+        conv = []
+        for a in args:
+            if hasattr(a, "data_ptr"):
+                conv.append(np.uint64(a.data_ptr()))
+            elif isinstance(a, bool) or isinstance(a, int):
+                conv.append(np.int32(a))
+            elif isinstance(a, float):
+                conv.append(np.float32(a))
+            else:
+                conv.append(a)
+        ptr = current_stream_ptr()
+        stream = self._streams.get(ptr)
+        if stream is None:
+            stream = self._streams[ptr] = cupy.cuda.ExternalStream(ptr)
+        with stream:
+            self.function(tuple(grid), tuple(block), tuple(conv), shared_mem=shared_mem)
+
+
+class CudaRuntime(TorchCudaRuntime):
+    """Sandbox half of the ``cuda`` backend; timing and synchronisation come from :class:`TorchCudaRuntime`."""
+
+    def load(self, artifact: Artifact) -> CudaKernel:
+        """Load the cubin; resources are replaced by the function's own attributes."""
+        import cupy
+
+        cupy.cuda.Device(self.device_index).use()
+        module = cupy.RawModule(path=artifact.path)
+        fn = module.get_function(artifact.entry)
+        dyn = int(artifact.launch.get("dynamic_shared_bytes", 0))
+        if dyn > 48 * 1024:  # above 48 KB a block must opt in to its dynamic shared memory
+            fn.max_dynamic_shared_size_bytes = dyn
+        k = CudaKernel(fn, artifact)
+        k.resources.update({"registers": int(fn.num_regs), "static_shared_bytes": int(fn.shared_size_bytes),
+                            "local_bytes": int(fn.local_size_bytes),
+                            "shared_bytes": int(fn.shared_size_bytes) + dyn})
+        k.module = module  # keep the module alive as long as the kernel
+        return k

@@ -1,0 +1,129 @@
+"""Backend ``triton``: genomes render to a Python module holding ``@triton.jit`` kernels and a
+``launch(...)`` function that picks the grid and launch options.
+
+Where each half runs:
+
+* ``compile`` (GA process) writes the module into the cache as ``<hash>.py`` and checks that it
+  parses; no GPU and no Triton compile happen there -- Triton needs the argument types and
+  specialisations of the real call to compile, and caches the result itself;
+* :class:`TritonRuntime` (sandbox) imports the module; the first launch compiles the kernel through
+  Triton's JIT into ``<cache_dir>/triton/`` (shared across runs, keyed by Triton on source and
+  options), so a re-evaluated genome compiles once. The compiled kernel's registers, spills and
+  shared memory are read from Triton's handle after that first launch.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
+from core.backends.cuda import _atomic_write, probe
+from core.workloads.gpu_harness import TorchCudaRuntime
+
+
+class TritonBackend(Backend):
+    """Triton kernels on a CUDA GPU (see the module docstring for what compiles where)."""
+
+    name = "triton"
+    language = "python"
+    _lock = threading.Lock()
+
+    @classmethod
+    def availability(cls) -> str | None:
+        try:
+            from importlib import metadata
+
+            metadata.version("triton")
+            metadata.version("torch")
+        except Exception as exc:
+            return f"triton and torch are needed ({exc})"
+        info = probe()
+        if info["error"] or not info["devices"]:
+            return f"no usable CUDA device: {info['error'] or 'none found'}"
+        return None
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        return [DeviceInfo(backend=cls.name, **d) for d in probe()["devices"]]
+
+    def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
+        key = self.cache_key(kernel)
+        cache_dir = Path(cache_dir)
+        path = cache_dir / f"{key}.py"
+        t0 = time.perf_counter()
+        try:
+            compile(kernel.source, str(path), "exec")
+        except SyntaxError as exc:
+            raise CompileError(f"{exc.__class__.__name__}: {exc}") from None
+        if not path.exists():
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            _atomic_write(path, kernel.source.encode())
+        return Artifact(backend=self.name, source_hash=key, entry=kernel.entry, path=str(path), launch=dict(kernel.launch),
+                        resources=dict(kernel.resources), compile_seconds=time.perf_counter() - t0,
+                        log="module written; Triton JIT-compiles it at its first launch in the sandbox")
+
+    def make_runtime(self) -> Runtime:
+        return TritonRuntime(self.device.index)
+
+
+class TritonKernel:
+    """An imported generated module; calling it forwards to the module's ``launch``.
+
+    ``resources`` gains ``registers``, ``spill_bytes`` and ``shared_bytes`` from Triton's compiled
+    handle after the first launch (the JIT compile happens there).
+    """
+
+    def __init__(self, module: Any, artifact: Artifact):
+        self.module = module
+        self.launch_params = dict(artifact.launch)
+        self.resources = dict(artifact.resources)
+        self.compile_seconds = 0.0
+        self._compiled = False
+
+    def __call__(self, *args, **kwargs) -> Any:
+        if self._compiled:
+            return self.module.launch(*args, **kwargs)
+        t0 = time.perf_counter()
+        try:
+            handle = self.module.launch(*args, **kwargs)
+        except Exception as exc:  # the JIT compile happens here: report its failures as compile errors
+            if type(exc).__name__ in ("OutOfResources", "PTXASError", "CompilationError", "CompileTimeAssertionFailure"):
+                raise CompileError(f"{type(exc).__name__}: {exc}") from None
+            raise
+        self.compile_seconds = time.perf_counter() - t0
+        self._compiled = True
+        self.record(handle)
+        return handle
+
+    def record(self, handle: Any) -> None:
+        if handle is None:
+            return
+        try:
+            self.resources["registers"] = int(handle.n_regs)
+            self.resources["spill_bytes"] = int(handle.n_spills) * 4
+            self.resources["shared_bytes"] = int(handle.metadata.shared)
+            self.resources["threads"] = int(handle.metadata.num_warps) * 32
+        except Exception:  # older/newer handle layouts: keep the template's estimate
+            pass
+
+
+class TritonRuntime(TorchCudaRuntime):
+    """Sandbox half of the ``triton`` backend."""
+
+    _counter = 0
+
+    def load(self, artifact: Artifact) -> TritonKernel:
+        """Import the generated module (Triton compiles at the first launch)."""
+        os.environ.setdefault("TRITON_CACHE_DIR", str(Path(artifact.path).parent / "triton"))
+        TritonRuntime._counter += 1
+        name = f"abebot_triton_{artifact.source_hash}_{TritonRuntime._counter}"
+        spec = importlib.util.spec_from_file_location(name, artifact.path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # triton's JIT looks the module up for its globals
+        spec.loader.exec_module(module)
+        return TritonKernel(module, artifact)
