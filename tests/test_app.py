@@ -366,3 +366,26 @@ def test_streamlit_binds_loopback_and_sends_no_usage_stats():
     cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert cfg["server"]["address"] == "127.0.0.1"
     assert cfg["browser"]["gatherUsageStats"] is False
+
+
+# -- a run evolved on the H200 and brought back ---------------------------------------------------
+H200_RUNS = ROOT / "benchmarks" / "h200_runs"
+
+
+@pytest.fixture
+def h200_run(tmp_path, monkeypatch) -> str:
+    import shutil
+
+    folder = tmp_path / "runs"
+    shutil.copytree(H200_RUNS, folder)
+    monkeypatch.setenv("ABEBOT_RUNS_DIR", str(folder))
+    return next(p.name for p in folder.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("page", ["monitor", "genomes", "benchmark", "runs"])
+def test_run_folder_from_the_h200_opens_in_the_dashboard(h200_run, page):
+    at = app(page, {"run": h200_run})
+    shown = texts(at) + " ".join(str(t.value) for t in at.table) + " ".join(str(d.value) for d in at.dataframe)
+    assert h200_run in shown or page in ("genomes", "benchmark")
+    if page == "benchmark":
+        assert "cublas" in shown.lower()
