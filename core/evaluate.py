@@ -496,8 +496,9 @@ class Protocol:
         entry: dict[str, Any] = {"time_us": None, "spread_us": None, "verified": False, "cause": ""}
         try:
             case = self.harness.make_case(self.main, rng.getrandbits(31))
-            fn(case)
+            result = fn(case)
             self.runtime.synchronize()
+            self.harness.accept_baseline_result(case, result)
             chk = self.harness.check(case)
             entry.update(verified=bool(chk.ok), max_abs_err=float(chk.max_abs_err), rel_err=float(chk.rel_err),
                          cause="" if chk.ok else _one_line(f"{chk.cause} {chk.detail}"))

@@ -75,6 +75,10 @@ class Harness(ABC):
     def baselines(self) -> dict[str, Callable[[Case], Any]]:
         """Library baselines timed side by side; the first one normalises the fitness."""
 
+    def accept_baseline_result(self, case: Case, result: Any) -> None:
+        """Store what a baseline returned (libraries that allocate their own output) into the
+        case's outputs, so the baseline is checked like a kernel. Called outside the timed region."""
+
     def reset_outputs(self, case: Case) -> None:
         """Poison the outputs again (NaN) before a launch whose result will be checked."""
 

@@ -366,8 +366,8 @@ def rms_forward_native(x, weight, eps: float, residual=None):
 class RmsNormHarnessBase(GpuHarness):
     """RMSNorm on torch tensors: ``x``, ``w`` (and ``residual``, updated in place) -> ``out``.
 
-    Baselines: vLLM's forward_native in eager mode (the first, normalising fitness: it is what vLLM
-    falls back to), the same under torch.compile (vLLM's default), and F.rms_norm.
+    Baselines: vLLM's forward_native under torch.compile (the first, normalising fitness: it is
+    what vLLM runs by default), the same in eager mode, and F.rms_norm.
     """
 
     tol = (1e-2, 1e-2)  # vLLM's RMSNorm tests
@@ -407,6 +407,15 @@ class RmsNormHarnessBase(GpuHarness):
     def tolerance(self, name: str) -> tuple[float, float]:
         return self.tol
 
+    def accept_baseline_result(self, case, result) -> None:
+        """forward_native and F.rms_norm return new tensors (and the new residual): copy them in."""
+        if result is None:
+            return
+        out, residual = result if isinstance(result, tuple) else (result, None)
+        case.data["out"].copy_(out)
+        if residual is not None:
+            case.data["residual"].copy_(residual)
+
     def baselines(self) -> dict:
         import torch
 
@@ -417,8 +426,9 @@ class RmsNormHarnessBase(GpuHarness):
             d = case.data
             return (d["x"], d["w"], eps, d["residual"] if res else None)
 
-        out = {"vllm_native_eager": lambda case: rms_forward_native(*args(case)),
-               "vllm_native_compile": lambda case: compiled(*args(case))}
+        # torch.compile first: it is what vLLM runs by default, so it normalises the fitness.
+        out = {"vllm_native_compile": lambda case: compiled(*args(case)),
+               "vllm_native_eager": lambda case: rms_forward_native(*args(case))}
         if not res:
             out["torch_rms_norm"] = lambda case: torch.nn.functional.rms_norm(case.data["x"], (case.shape["cols"],), case.data["w"], eps)
         return out
