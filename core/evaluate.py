@@ -382,6 +382,8 @@ class Protocol:
                 case = value if stage == "stability" else case
         except _Failure as f:
             result.update(status=f.status, cause=f.cause)
+        except CompileError as exc:  # a JIT backend (Triton) compiles at first launch: not a device fault
+            result.update(status="compile_error", cause=_one_line(f"{stage}: {exc}"))
         except Exception as exc:
             traceback.print_exc()
             status = "unstable" if stage == "stability" else "crashed"
