@@ -80,6 +80,16 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig.from_dict(raw)
 
 
+def existing_run(args: argparse.Namespace) -> Path:
+    """The folder of ``args.run_id`` inside ``args.runs_dir``; UsageError when unsafe or missing."""
+    from store.runs import run_dir
+
+    target = run_dir(Path(args.runs_dir), args.run_id)
+    if not target.is_dir():
+        raise UsageError(f"no run {args.run_id!r} in {args.runs_dir}")
+    return target
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from core.backends import availability, backend_class
     from store.runs import new_run_id, run_dir
@@ -103,13 +113,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from store.runs import run_dir
     from store.writer import RunWriter
 
     runs_dir = Path(args.runs_dir)
-    target = run_dir(runs_dir, args.run_id)
-    if not target.is_dir():
-        raise UsageError(f"no run {args.run_id!r} in {runs_dir}")
+    target = existing_run(args)
     writer = RunWriter.open(target)
     try:
         cfg = RunConfig.from_dict(json.loads((target / "config.json").read_text()))
@@ -169,11 +176,8 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from store.export import export_champions
-    from store.runs import run_dir
 
-    target = run_dir(Path(args.runs_dir), args.run_id)
-    if not target.is_dir():
-        raise UsageError(f"no run {args.run_id!r} in {args.runs_dir}")
+    target = existing_run(args)
     out = export_champions(target, Path(args.out), which=args.which, k=args.k)
     print(f"exported to {out}")
     return 0
@@ -181,11 +185,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from core.bench import bench_champion, format_table
-    from store.runs import run_dir
 
-    target = run_dir(Path(args.runs_dir), args.run_id)
-    if not target.is_dir():
-        raise UsageError(f"no run {args.run_id!r} in {args.runs_dir}")
+    target = existing_run(args)
     if not 1 <= args.rounds <= 100:
         raise UsageError("--rounds must be from 1 to 100")
     result = bench_champion(target, Path(args.runs_dir), rounds=args.rounds, log=lambda line: print(line, flush=True))

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import tracemalloc
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -319,6 +320,18 @@ class GuardedBuffer:
     def guards_intact(self) -> bool:
         bits = self.raw.view("uint32")
         return bool((bits[:GUARD] == SENTINEL_BITS).all() and (bits[-GUARD:] == SENTINEL_BITS).all())
+
+
+def traced_peak_bytes(fn: Callable[[], Any]) -> int:
+    """Peak Python-visible allocations (numpy's temporaries) of one call, measured with tracemalloc.
+
+    Buffers a library allocates outside Python's allocator (OpenBLAS's own) are not seen."""
+    tracemalloc.start()
+    try:
+        fn()
+        return int(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
 
 
 def same_bits(a, b) -> bool:

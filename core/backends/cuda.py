@@ -75,6 +75,19 @@ print(json.dumps(out))
 
 
 @functools.lru_cache(maxsize=1)
+def gpu_unavailable_reason() -> str | None:
+    """None when the probe found a usable CUDA device, else why not."""
+    info = probe()
+    if info["error"] or not info["devices"]:
+        return f"no usable CUDA device: {info['error'] or 'none found'}"
+    return None
+
+
+def gpu_devices(backend: str) -> list[DeviceInfo]:
+    """Every CUDA device the probe found, labelled for ``backend``."""
+    return [DeviceInfo(backend=backend, **d) for d in probe()["devices"]]
+
+
 def probe() -> dict:
     """GPU inventory from a child process: ``{"devices": [...], "error": str | None}``."""
     try:
@@ -134,14 +147,11 @@ class CudaBackend(Backend):
             import cupy  # noqa: F401
         except Exception as exc:
             return f"cupy cannot be imported ({type(exc).__name__}: {exc})"
-        info = probe()
-        if info["error"] or not info["devices"]:
-            return f"no usable CUDA device: {info['error'] or 'none found'}"
-        return None
+        return gpu_unavailable_reason()
 
     @classmethod
     def devices(cls) -> list[DeviceInfo]:
-        return [DeviceInfo(backend=cls.name, **d) for d in probe()["devices"]]
+        return gpu_devices(cls.name)
 
     def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
         key = self.cache_key(kernel)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
-from core.backends.cuda import _atomic_write, probe
+from core.backends.cuda import _atomic_write, gpu_devices, gpu_unavailable_reason
 from core.workloads.gpu_harness import TorchCudaRuntime
 
 
@@ -42,14 +42,11 @@ class TritonBackend(Backend):
             metadata.version("torch")
         except Exception as exc:
             return f"triton and torch are needed ({exc})"
-        info = probe()
-        if info["error"] or not info["devices"]:
-            return f"no usable CUDA device: {info['error'] or 'none found'}"
-        return None
+        return gpu_unavailable_reason()
 
     @classmethod
     def devices(cls) -> list[DeviceInfo]:
-        return [DeviceInfo(backend=cls.name, **d) for d in probe()["devices"]]
+        return gpu_devices(cls.name)
 
     def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
         key = self.cache_key(kernel)

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import math
 import os
-import tracemalloc
 from typing import Any, Callable
 
 import numpy as np
 
 from core.backends.base import KernelSource, Runtime
-from core.backends.c import BASE_FLAGS, STANDALONE_PRELUDE, GuardedBuffer, compare, fill_script, same_bits
+from core.backends.c import BASE_FLAGS, traced_peak_bytes, STANDALONE_PRELUDE, GuardedBuffer, compare, fill_script, same_bits
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
 from core.workloads.base import Case, CheckResult, Harness, Template
 
@@ -551,12 +550,7 @@ class CGemmHarness(Harness):
     def baseline_memory_bytes(self, name: str, case: Case) -> int:
         """Python-visible allocations of one call (tracemalloc); OpenBLAS's own buffers are not seen."""
         fn = self.baselines()[name]
-        tracemalloc.start()
-        try:
-            fn(case)
-            return int(tracemalloc.get_traced_memory()[1])
-        finally:
-            tracemalloc.stop()
+        return traced_peak_bytes(lambda: fn(case))
 
 
 _SCRIPT = r'''

@@ -17,13 +17,12 @@ the weight and stores. The genome picks:
 from __future__ import annotations
 
 import os
-import tracemalloc
 from typing import Any, Callable
 
 import numpy as np
 
 from core.backends.base import KernelSource, Runtime
-from core.backends.c import BASE_FLAGS, STANDALONE_PRELUDE, GuardedBuffer, compare, fill_script, same_bits
+from core.backends.c import BASE_FLAGS, traced_peak_bytes, STANDALONE_PRELUDE, GuardedBuffer, compare, fill_script, same_bits
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
 from core.workloads.base import Case, CheckResult, Harness, Template
 
@@ -443,12 +442,7 @@ class CRmsNormHarness(Harness):
     def baseline_memory_bytes(self, name: str, case: Case) -> int:
         """Peak temporaries numpy allocates for one call, measured with tracemalloc."""
         fn = self.baselines()[name]
-        tracemalloc.start()
-        try:
-            fn(case)
-            return int(tracemalloc.get_traced_memory()[1])
-        finally:
-            tracemalloc.stop()
+        return traced_peak_bytes(lambda: fn(case))
 
 
 _SCRIPT = r'''
