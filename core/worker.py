@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import os
+import random
 import signal
 import threading
 import time
@@ -59,6 +60,8 @@ class RunWorker:
         self._beat_lock = threading.Lock()
         self._stop_beat = threading.Event()
         self.baseline_name = "baseline"
+        self.evaluated = 0  # evaluations made by this process (a resumed run adds its earlier count)
+        self.paused_s = 0.0  # time spent paused does not consume an hours budget
 
     # -- heartbeat -------------------------------------------------------------------------------
     def heartbeat(self, **fields: Any) -> None:
@@ -122,7 +125,7 @@ class RunWorker:
         def run(genomes: list[Genome]) -> list[dict]:
             self.heartbeat(phase=f"evaluating {len(genomes)} new genomes")
             results = [dataclasses.asdict(e) for e in evaluate(genomes)]
-            self.beat["evaluations"] = self.beat.get("evaluations", 0) + len(results)
+            self.evaluated += len(results)
             return results
 
         return run
@@ -132,12 +135,12 @@ class RunWorker:
         last = self.writer.last_state()
         t0 = time.monotonic()
         if last is None:
-            rng = _seeded(cfg.seed)
+            rng = random.Random(cfg.seed)
             elapsed_before, evaluations_before = 0.0, 0
             t_gen = time.monotonic()
             population = initial_population(ctx, rng)
             generation = 0
-            self._commit(generation, population, rng, 0.0, 0, time.monotonic() - t_gen)
+            self._commit(generation, population, rng, time.monotonic() - t0, self.evaluated, time.monotonic() - t_gen)
         else:
             generation, state = last
             rng = rng_from_json(state["rng"])
@@ -145,7 +148,7 @@ class RunWorker:
             population = _rebuild(state["population"], ctx)
             self.log(f"resuming after generation {generation}")
         while True:
-            elapsed = elapsed_before + (time.monotonic() - t0)
+            elapsed = elapsed_before + (time.monotonic() - t0) - self.paused_s
             if self._budget_spent(generation + 1, elapsed):
                 self._set_status("finished")
                 self.log(f"finished: {generation + 1} generations in {elapsed:.1f} s")
@@ -158,9 +161,8 @@ class RunWorker:
             t_gen = time.monotonic()
             population = step(population, ctx, rng)
             generation += 1
-            elapsed = elapsed_before + (time.monotonic() - t0)
-            evaluations = evaluations_before + self.beat.get("evaluations", 0)
-            self._commit(generation, population, rng, elapsed, evaluations, time.monotonic() - t_gen)
+            elapsed = elapsed_before + (time.monotonic() - t0) - self.paused_s
+            self._commit(generation, population, rng, elapsed, evaluations_before + self.evaluated, time.monotonic() - t_gen)
 
     def _budget_spent(self, next_generation: int, elapsed_s: float) -> bool:
         cfg = self.config
@@ -175,9 +177,11 @@ class RunWorker:
             self._set_status("paused")
             self.heartbeat(phase="paused")
             self.log("paused")
+            t_pause = time.monotonic()
             while command == "pause":
                 time.sleep(PAUSE_POLL_S)
                 command = read_control(self.run_dir)
+            self.paused_s += time.monotonic() - t_pause
             if command != "stop":
                 self._set_status("running")
                 self.heartbeat(phase="")
@@ -206,12 +210,6 @@ class RunWorker:
         budget = f"/{self.config.generations}" if self.config.generations else ""
         self.log(f"gen {generation}{budget} best {summary['best_fitness']:.4f} mean {summary['mean_fitness']:.4f} "
                  f"lethal {summary['n_lethal']}/{len(population)} new {len(new)} {champion} {gen_seconds:.1f}s")
-
-def _seeded(seed: int):
-    import random
-
-    return random.Random(seed)
-
 
 def _raise_interrupted(signum, frame):  # noqa: ARG001 - signal handler signature
     raise Interrupted()
