@@ -19,6 +19,12 @@ def byte_unit(largest: float | None) -> tuple[str, float]:
     return "B", 1
 
 
+def _generation_axis(fig: go.Figure, generations: pd.Series) -> None:
+    """Whole-number generation ticks (Plotly would otherwise label 0.5, 1.5 on short runs)."""
+    span = int(generations.max() - generations.min()) if len(generations) else 0
+    fig.update_xaxes(title="generation", tick0=0, dtick=max(1, -(-span // 8)), tickformat="d")
+
+
 def _layout(fig: go.Figure, title: str, height: int = 320, **kw) -> go.Figure:
     fig.update_layout(title=dict(text=title, x=0, font=dict(size=15)), height=height,
                       margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.2),
@@ -48,7 +54,7 @@ def fitness(curves: pd.DataFrame) -> go.Figure:
                              line=dict(color=BLUE, width=2.5), fill="tonexty", fillcolor="rgba(37,99,235,0.08)"))
     fig.add_trace(go.Scatter(x=x, y=curves["mean_fitness"], name="mean", mode="lines",
                              line=dict(color=ORANGE, width=1.5, dash="dot")))
-    fig.update_xaxes(title="generation")
+    _generation_axis(fig, x)
     fig.update_yaxes(title="fitness", rangemode="tozero")
     return _layout(fig, "Fitness per generation")
 
@@ -65,7 +71,7 @@ def time_and_memory(df: pd.DataFrame) -> go.Figure:
     if "best_memory_bytes" in df:
         fig.add_trace(go.Scatter(x=df["generation"], y=df["best_memory_bytes"] / scale, name=f"best memory ({unit})",
                                  mode="lines", line=dict(color=GREEN, shape="hv", dash="dash")), secondary_y=True)
-    fig.update_xaxes(title="generation")
+    _generation_axis(fig, df["generation"])
     fig.update_yaxes(title="time (µs)", secondary_y=False)
     fig.update_yaxes(title=f"memory ({unit})", secondary_y=True, showgrid=False, tickformat=".4~g")
     return _layout(fig, "Best time and memory")
@@ -80,7 +86,7 @@ def lethal(causes: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Bar(x=part["generation"], y=part["count"], name=str(cause),
                              marker_color=CAUSE_COLOURS.get(str(cause))))
     fig.update_layout(barmode="stack", bargap=0.1)
-    fig.update_xaxes(title="generation")
+    _generation_axis(fig, causes["generation"])
     fig.update_yaxes(title="candidates")
     return _layout(fig, "Lethal candidates by cause")
 
@@ -91,7 +97,7 @@ def diversity(df: pd.DataFrame) -> go.Figure:
         return empty("Population diversity")
     fig = go.Figure(go.Scatter(x=df["generation"], y=df["diversity"], mode="lines", name="diversity",
                                line=dict(color="#7c3aed")))
-    fig.update_xaxes(title="generation")
+    _generation_axis(fig, df["generation"])
     fig.update_yaxes(title="diversity", rangemode="tozero")
     return _layout(fig, "Population diversity")
 
@@ -166,6 +172,6 @@ def compare_runs(curves: dict[str, pd.DataFrame]) -> go.Figure:
     fig = go.Figure()
     for run_id, df in curves.items():
         fig.add_trace(go.Scatter(x=df["generation"], y=df["best_fitness"], name=run_id, mode="lines"))
-    fig.update_xaxes(title="generation")
+    _generation_axis(fig, pd.concat([df["generation"] for df in curves.values()]))
     fig.update_yaxes(title="best fitness", rangemode="tozero")
     return _layout(fig, "Best fitness per run", height=400)

@@ -53,10 +53,11 @@ try:
             versions[pkg] = None
     for i in range(n):
         p = runtime.getDeviceProperties(i)
+        bandwidth = 0.0
         try:  # peak DRAM bandwidth (double data rate); the evaluator flags kernels faster than it
             clk = runtime.deviceGetAttribute(36, i)  # cudaDevAttrMemoryClockRate, kHz
             bus = runtime.deviceGetAttribute(37, i)  # cudaDevAttrGlobalMemoryBusWidth, bits
-            versions = dict(versions, memory_bandwidth=clk * 1000.0 * 2 * bus / 8)
+            bandwidth = clk * 1000.0 * 2 * bus / 8
         except Exception:
             pass
         name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
@@ -65,7 +66,7 @@ try:
             "shared_mem_per_block": int(p.get("sharedMemPerBlockOptin", p["sharedMemPerBlock"])),
             "registers_per_block": int(p["regsPerBlock"]), "registers_per_thread": 255,
             "max_threads_per_block": int(p["maxThreadsPerBlock"]), "l2_bytes": int(p["l2CacheSize"]),
-            "arch": "sm_%d%d" % (p["major"], p["minor"]), "versions": versions})
+            "memory_bandwidth": bandwidth, "arch": "sm_%d%d" % (p["major"], p["minor"]), "versions": versions})
     if n == 0:
         out["error"] = "no CUDA device"
 except Exception as exc:
