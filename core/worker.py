@@ -202,6 +202,9 @@ class RunWorker:
         }
         kernels = _kernels(new, self.config.backend)
         self.writer.commit_generation(generation, [_row(generation, i) for i in population], kernels, summary, state)
+        for ind in new:  # the sources now live in the store; a 72-hour run must not hold them all in memory
+            ind.measure.pop("source", None)
+            ind.measure.pop("compile_log", None)
         self.heartbeat(generation=generation, elapsed_s=elapsed, evaluations=evaluations,
                        evals_per_s=summary["evals_per_s"], phase="")
         best = max(population, key=lambda i: i.fitness)
@@ -236,9 +239,14 @@ def _row(generation: int, ind: Individual) -> dict:
         "stability": m.get("stability"), "time_term": ind.time_term, "memory_term": ind.memory_term,
         "stability_term": ind.stability_term, "pareto_rank": ind.pareto_rank, "source_hash": m.get("source_hash"),
         "compile_s": m.get("compile_s"), "eval_s": m.get("eval_s"), "max_abs_err": m.get("max_abs_err"),
-        "rel_err": m.get("rel_err"), "resources": json.dumps(m.get("resources") or {}, sort_keys=True),
+        "rel_err": m.get("rel_err"), "resources": _json_text(m.get("resources")),
         "reused": ind.reused,
     }
+
+
+def _json_text(value: Any) -> str:
+    """JSON text of a dict; measurements reloaded from the store already hold the text."""
+    return value if isinstance(value, str) else json.dumps(value or {}, sort_keys=True)
 
 
 def _kernels(new: list[Individual], backend: str) -> list[dict]:
@@ -250,7 +258,7 @@ def _kernels(new: list[Individual], backend: str) -> list[dict]:
                 "source_hash": m["source_hash"], "backend": backend, "entry": m.get("entry") or "",
                 "source": m["source"], "flags": json.dumps(list(m.get("flags") or [])),
                 "launch": json.dumps(m.get("launch") or {}, sort_keys=True),
-                "resources": json.dumps(m.get("resources") or {}, sort_keys=True), "compile_log": m.get("compile_log") or "",
+                "resources": _json_text(m.get("resources")), "compile_log": m.get("compile_log") or "",
             }
     return list(rows.values())
 

@@ -112,6 +112,7 @@ def test_kill_9_then_resume_loses_no_committed_generation(tmp_path):
     old = before[cols].sort_values(cols[:2]).reset_index(drop=True)
     kept = after[after["generation"].isin(committed)][cols].sort_values(cols[:2]).reset_index(drop=True)
     assert old.equals(kept), "committed generations changed after resume"
+    assert all(isinstance(json.loads(r), dict) for r in after["resources"].dropna())  # not double-encoded
     gens = RunReader(run_dir).generations()
     assert list(gens["generation"]) == list(range(7))
     assert RunReader(run_dir).status() == "finished"
