@@ -98,11 +98,13 @@ class Evaluator:
     ``cache_dir`` is the runs folder's compile cache root (``<runs_dir>/.cache``, shared across
     runs); kernels are compiled into ``<cache_dir>/<backend>/``. ``log_path`` receives the sandbox
     process's output (the run folder's ``sandbox.log``; by default a file in the temp directory).
-    ``log`` gets one line per noteworthy event (baseline, crashes, timeouts).
+    ``log`` gets one line per noteworthy event (baseline, crashes, timeouts); ``progress(done,
+    total)`` is called after each candidate of a batch is measured.
     """
 
     def __init__(self, config: RunConfig, cache_dir: Path, log: Callable[[str], None] = print,
-                 log_path: Path | str | None = None, timing_target_s: float = TIMING_TARGET_S):
+                 log_path: Path | str | None = None, timing_target_s: float = TIMING_TARGET_S,
+                 progress: Callable[[int, int], None] = lambda done, total: None):
         from core.workloads import get_workload
 
         self.config = config
@@ -111,6 +113,7 @@ class Evaluator:
         self.log = log
         self.log_path = Path(log_path) if log_path else Path(tempfile.gettempdir()) / f"abebot-sandbox-{os.getpid()}.log"
         self.timing_target_s = timing_target_s
+        self.progress = progress  # (measured, to measure) after each candidate, for the heartbeat
         self.workload = get_workload(config.workload)
         self.problem = self.workload.validate_problem(dict(config.problem), config.backend)
         self.backend: Backend | None = None
@@ -210,11 +213,13 @@ class Evaluator:
                 results[key] = _base(key, k, "resource_exceeded", reason)
             else:
                 to_compile[key] = k
-        for key, (k, artifact, seconds, error) in self._compile_all(to_compile).items():
+        compiled = self._compile_all(to_compile)
+        for done, (key, (k, artifact, seconds, error)) in enumerate(compiled.items(), 1):
             if error is not None:
                 results[key] = _base(key, k, "compile_error", _first_line(error), compile_s=seconds, compile_log=error)
             else:
                 results[key] = self._measure(key, k, artifact, seconds)
+            self.progress(done, len(compiled))
         out = []
         for label, key in zip(labels, keys):
             ev = _copy(results[key])

@@ -85,7 +85,8 @@ class RunWorker:
         previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
         signal.signal(signal.SIGTERM, _raise_interrupted)
         beat_thread = threading.Thread(target=self._beat_forever, daemon=True)
-        evaluator = Evaluator(self.config, self.runs_dir / ".cache", log=self.log, log_path=self.run_dir / "sandbox.log")
+        evaluator = Evaluator(self.config, self.runs_dir / ".cache", log=self.log, log_path=self.run_dir / "sandbox.log",
+                              progress=lambda done, total: self.heartbeat(phase=f"measured {done} of {total} new candidates"))
         try:
             self._set_status("running")
             self.heartbeat(phase="measuring baseline", started_at=time.time())
@@ -123,7 +124,7 @@ class RunWorker:
 
     def _counting(self, evaluate: Callable) -> Callable[[list[Genome]], list[dict]]:
         def run(genomes: list[Genome]) -> list[dict]:
-            self.heartbeat(phase=f"evaluating {len(genomes)} new genomes")
+            self.heartbeat(phase=f"compiling {len(genomes)} new candidates")
             results = [dataclasses.asdict(e) for e in evaluate(genomes)]
             self.evaluated += len(results)
             return results
