@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -166,7 +166,7 @@ def _nsga2_keys(population: list[Individual]) -> dict[int, tuple]:
 def _nsga2_survivors(parents: list[Individual], children: list[Individual], size: int) -> list[Individual]:
     """(mu + lambda) survival by Pareto rank then crowding; survivors keep their measurements."""
     merged: dict[str, Individual] = {}
-    for ind in children + [Individual(p.genome, "elite", (p.hash,), p.measure, True) for p in parents]:
+    for ind in children + [replace(p, origin="elite", parents=(p.hash,), reused=True) for p in parents]:
         merged.setdefault(ind.hash, ind)
     pool = list(merged.values())
     _rank(pool)

@@ -80,6 +80,15 @@ def test_lethal_candidates_score_zero_and_are_counted():
     assert summary["n_lethal"] == sum(not i.ok for i in history[0])
 
 
+@pytest.mark.parametrize("selection", ["top10", "tournament", "nsga2"])
+def test_every_individual_carries_its_own_score(selection):
+    history, _ = run_ga(4, gens=6, selection=selection)
+    ctx, _ = make_ctx()
+    for pop in history:
+        for ind in pop:
+            assert ind.fitness == pytest.approx(score(ind.measure, ctx.baseline, ctx.config.weights).fitness)
+
+
 def test_population_size_and_elites_kept():
     history, _ = run_ga(2, gens=5)
     for prev, pop in zip(history, history[1:]):
