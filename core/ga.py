@@ -10,7 +10,7 @@
    space is exhausted a known genome is reused with its stored measurements);
 4. evaluate the new genomes in one batch (the evaluator compiles them in parallel);
 5. score everyone, rank by Pareto dominance; with NSGA-II, parents and children compete for the
-   places (mu + lambda survival).
+   places (mu + lambda survival) after the elites, which are kept by weighted fitness.
 
 All randomness comes from one ``random.Random`` whose state is saved with every generation, so a
 resumed run continues exactly where its last committed generation ended.
@@ -100,7 +100,7 @@ def step(population: list[Individual], ctx: GAContext, rng: random.Random) -> li
         children.append(child)
     if cfg.selection == "nsga2":
         scored = _evaluate_and_score(children, ctx)
-        return _nsga2_survivors(population, scored, cfg.population)
+        return _nsga2_survivors(population, scored, cfg.population, cfg.elites)
     return _evaluate_and_score(elites + children, ctx)
 
 
@@ -163,15 +163,18 @@ def _nsga2_keys(population: list[Individual]) -> dict[int, tuple]:
     return keys
 
 
-def _nsga2_survivors(parents: list[Individual], children: list[Individual], size: int) -> list[Individual]:
-    """(mu + lambda) survival by Pareto rank then crowding; survivors keep their measurements."""
+def _nsga2_survivors(parents: list[Individual], children: list[Individual], size: int, elites: int) -> list[Individual]:
+    """(mu + lambda) survival by Pareto rank then crowding, after the ``elites`` fittest by weighted
+    fitness (so the champion is never lost); survivors keep their measurements."""
     merged: dict[str, Individual] = {}
     for ind in children + [replace(p, origin="elite", parents=(p.hash,), reused=True) for p in parents]:
         merged.setdefault(ind.hash, ind)
     pool = list(merged.values())
     _rank(pool)
     keys = _nsga2_keys(pool)
-    survivors = sorted(pool, key=lambda i: (keys[id(i)], -i.fitness))[:size]
+    kept = sorted((i for i in pool if i.ok), key=lambda i: -i.fitness)[:elites]
+    rest = sorted((i for i in pool if i not in kept), key=lambda i: (keys[id(i)], -i.fitness))
+    survivors = (kept + rest)[:size]
     _rank(survivors)
     return survivors
 

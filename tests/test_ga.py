@@ -54,7 +54,7 @@ def test_same_seed_same_genomes(selection):
     assert [[i.hash for i in pop] for pop in a] != [[i.hash for i in pop] for pop in c]
 
 
-@pytest.mark.parametrize("selection", ["top10", "tournament"])
+@pytest.mark.parametrize("selection", ["top10", "tournament", "nsga2"])
 def test_best_fitness_never_drops_with_elites(selection):
     history, _ = run_ga(3, gens=12, selection=selection)
     best = [max(i.fitness for i in pop) for pop in history]
