@@ -184,3 +184,41 @@ def test_triton_kernels_correct_under_interpreter(tmp_path, workload, extra, dty
     out = subprocess.run([sys.executable, "-c", INTERP, arg], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     assert "checked" in out.stdout
+
+
+FAKE_CUPY_RUNTIME = '''
+class runtime:
+    getDeviceCount = staticmethod(lambda: 1)
+    driverGetVersion = staticmethod(lambda: 13000)
+    runtimeGetVersion = staticmethod(lambda: 13020)
+    getDeviceProperties = staticmethod(lambda i: {
+        "name": b"Fake H200", "totalGlobalMem": 141 << 30, "multiProcessorCount": 132,
+        "sharedMemPerBlockOptin": 232448, "sharedMemPerBlock": 49152, "regsPerBlock": 65536,
+        "maxThreadsPerBlock": 1024, "l2CacheSize": 60 << 20, "major": 9, "minor": 0})
+    deviceGetAttribute = staticmethod(lambda a, i: {36: 2619000, 37: 6144}[a])  # memory clock kHz, bus bits
+class nvrtc:
+    getVersion = staticmethod(lambda: (13, 0))
+'''
+
+
+def test_device_probe_fills_limits_and_bandwidth(tmp_path):
+    """The probe script, run against a stand-in cupy runtime, yields a full DeviceInfo (CI has no GPU)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from core.backends import cuda
+    from core.backends.base import DeviceInfo
+
+    pkg = tmp_path / "cupy" / "cuda"
+    pkg.mkdir(parents=True)
+    (tmp_path / "cupy" / "__init__.py").write_text('__version__ = "0-fake"\n')
+    (pkg / "__init__.py").write_text(FAKE_CUPY_RUNTIME)
+    r = subprocess.run([sys.executable, "-c", cuda._PROBE], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    assert info["error"] is None, info
+    dev = DeviceInfo(backend="cuda", **info["devices"][0])
+    assert dev.arch == "sm_90" and dev.multiprocessors == 132 and dev.shared_mem_per_block == 232448
+    assert dev.memory_bandwidth == 2619000 * 1000.0 * 2 * 6144 / 8  # double data rate x bus width
