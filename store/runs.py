@@ -59,11 +59,12 @@ def run_dir(runs_dir: Path | str, run_id: str) -> Path:
     return path
 
 
-def atomic_write_bytes(path: Path | str, data: bytes, durable: bool = True) -> None:
+def atomic_write_bytes(path: Path | str, data: bytes, durable: bool = True, fsync_folder: bool | None = None) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the new one, never a torn one.
 
-    ``durable`` also fsyncs the file and its folder so the new version survives a power cut;
-    heartbeats skip it (an old or missing heartbeat after a power cut is harmless).
+    ``durable`` also fsyncs the file and (unless ``fsync_folder`` is False) its folder so the new
+    version survives a power cut; heartbeats skip it (an old or missing heartbeat after a power cut
+    is harmless).
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -77,7 +78,7 @@ def atomic_write_bytes(path: Path | str, data: bytes, durable: bool = True) -> N
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if durable:
+    if durable and fsync_folder is not False:
         fsync_dir(path.parent)
 
 

@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from store.reader import live_parts
-from store.runs import (CONFIG, DB, HEARTBEAT, LIVE, LOCK, STATUSES, atomic_write_json, fsync_dir, read_json,
-                        run_dir, this_process)
+from store.runs import (CONFIG, DB, HEARTBEAT, LIVE, LOCK, STATUSES, atomic_write_bytes, atomic_write_json,
+                        fsync_dir, read_json, run_dir, this_process)
 from store.schema import DDL, SCHEMA_VERSION, StoreError, arrow_schema, select_list, to_arrow
 
 log = logging.getLogger(__name__)
@@ -353,16 +353,9 @@ def write_parquet(path: Path, table: pa.Table) -> None:
     :meth:`RunWriter.open` repairs from the database; the file fsync keeps a kept rename from
     pointing at unwritten data.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, compression="zstd")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    buf = pa.BufferOutputStream()
+    pq.write_table(table, buf, compression="zstd")
+    atomic_write_bytes(path, buf.getvalue().to_pybytes(), durable=True, fsync_folder=False)
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple | None:
