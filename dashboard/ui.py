@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard.nav import ensure_navigation  # noqa: F401  (pages call ui.ensure_navigation())
+from dashboard.nav import ensure_navigation  # noqa: F401  (pages call ui.ensure_navigation())  # noqa: F401 - pages call ui.ensure_navigation()
 from dashboard.runs import all_runs, data_signature, resolve, run_label
 from dashboard.settings import runs_dir
 from store.reader import RunReader
@@ -43,6 +43,20 @@ def pick_run(label: str = "Run") -> tuple[str, Path] | None:
         st.query_params["run"] = run_id
     st.session_state["_run_from_url"] = run_id
     return run_id, resolve(runs, run_id, ids)  # type: ignore[return-value]
+
+
+def run_page(title: str, heading: bool = True) -> tuple[str, Path]:
+    """The chosen run of a per-run page; with none, show ``title`` and the empty-folder message and stop.
+
+    ``heading=False`` leaves the heading of a chosen run to the page (Monitor titles it by run id).
+    """
+    picked = pick_run()
+    if picked is None or heading:
+        st.title(title)
+    if picked is None:
+        no_runs_message()
+        st.stop()
+    return picked
 
 
 def no_runs_message() -> None:

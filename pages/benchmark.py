@@ -14,12 +14,7 @@ from store.reader import RunReader
 
 ui.ensure_navigation()
 
-picked = ui.pick_run()
-st.title("⏱️ Benchmark")
-if picked is None:
-    ui.no_runs_message()
-    st.stop()
-run_id, folder = picked
+run_id, folder = ui.run_page("⏱️ Benchmark")
 reader = RunReader(folder)
 base = reader.baseline()
 if not base:

@@ -12,12 +12,7 @@ from store.schema import StoreError
 
 ui.ensure_navigation()
 
-picked = ui.pick_run()
-st.title("📦 Export")
-if picked is None:
-    ui.no_runs_message()
-    st.stop()
-run_id, folder = picked
+run_id, folder = ui.run_page("📦 Export")
 st.caption("Each kernel comes as its own folder: the kernel source, `launch.json`, `genome.json`, `report.json` "
            "(measurements, baseline, hardware, versions, verification record) and `run_kernel.py`, a standalone "
            "script that recompiles, re-verifies and re-times the kernel.")

@@ -9,12 +9,7 @@ from dashboard import ui
 
 ui.ensure_navigation()
 
-picked = ui.pick_run()
-st.title("🧬 Genomes")
-if picked is None:
-    ui.no_runs_message()
-    st.stop()
-run_id, folder = picked
+run_id, folder = ui.run_page("🧬 Genomes")
 sig = ui.signature(folder)
 history = ui.history(str(folder), sig)
 if history.empty:

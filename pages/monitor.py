@@ -12,12 +12,7 @@ from store.schema import StoreError
 
 ui.ensure_navigation()
 
-picked = ui.pick_run()
-if picked is None:
-    st.title("📈 Monitor")
-    ui.no_runs_message()
-    st.stop()
-run_id, folder = picked
+run_id, folder = ui.run_page("📈 Monitor", heading=False)
 reader = RunReader(folder)
 try:
     cfg = reader.config()
