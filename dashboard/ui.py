@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard.nav import ensure_navigation  # noqa: F401  (pages call ui.ensure_navigation())  # noqa: F401 - pages call ui.ensure_navigation()
+from dashboard.nav import ensure_navigation  # noqa: F401  (pages call ui.ensure_navigation())
 from dashboard.runs import all_runs, data_signature, resolve, run_label
 from dashboard.settings import runs_dir
 from store.reader import RunReader
