@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.config import RunConfig  # noqa: E402
-from core.evaluate import Evaluator  # noqa: E402
+from core.evaluation.evaluator import Evaluator  # noqa: E402
 from core.genome import Genome  # noqa: E402
 
 RESULTS: dict = {"parts": {}}

@@ -18,7 +18,7 @@ from core.config import RunConfig
 
 def bench_champion(run_dir: Path, runs_dir: Path, rounds: int = 3, log: Callable[[str], None] = print) -> dict:
     """Measure the champion and all baselines ``rounds`` times, interleaved; return the record."""
-    from core.evaluate import Evaluator
+    from core.evaluation.evaluator import Evaluator
     from store.reader import RunReader
     from store.runs import atomic_write_json
 
@@ -36,13 +36,14 @@ def bench_champion(run_dir: Path, runs_dir: Path, rounds: int = 3, log: Callable
         for r in range(rounds):
             record = first if r == 0 else evaluator.remeasure_baselines()
             for name, b in record["baselines"].items():
-                baselines.setdefault(name, []).append(b)
+                if b.get("time_us") is not None:  # a baseline that failed (its cause is in the record) has no time
+                    baselines.setdefault(name, []).append(b)
             ev = evaluator.evaluate_sources([kernel])[0]
             if not ev.ok:
                 raise RuntimeError(f"the champion failed re-verification: {ev.status}: {ev.cause}")
             champion_rounds.append({"time_us": ev.time_us, "spread_us": ev.time_spread_us, "memory_bytes": ev.memory_bytes})
             log(f"round {r + 1}/{rounds}: champion {ev.time_us:.2f} us, " +
-                ", ".join(f"{n} {b['time_us']:.2f} us" for n, b in record["baselines"].items()))
+                ", ".join(f"{n} {b['time_us']:.2f} us" for n, b in record["baselines"].items() if b.get("time_us") is not None))
     finally:
         evaluator.close()
     result = {

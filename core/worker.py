@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.config import RunConfig
-from core.fitness import Baseline
 from core.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
 from core.genome import Genome
 
@@ -79,7 +78,7 @@ class RunWorker:
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> int:
         """Run (or resume) to the end of the budget; returns the process exit code."""
-        from core.evaluate import Evaluator
+        from core.evaluation.evaluator import Evaluator
         from store.control import read_control
 
         previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
@@ -101,7 +100,7 @@ class RunWorker:
             self.log(f"baseline {baseline_record['primary']}: {baseline_record['time_us']:.2f} us, "
                      f"{baseline_record['memory_bytes']} bytes on {baseline_record['device']['name']}")
             self.baseline_name = baseline_record["primary"]
-            ctx = GAContext(self.config, evaluator.template.gene_space(), Baseline.from_record(baseline_record),
+            ctx = GAContext(self.config, evaluator.template.gene_space(), baseline_record,
                             self._counting(evaluator.evaluate), known=self.writer.evaluations())
             return self._generations(ctx, read_control)
         except Interrupted:
@@ -209,8 +208,7 @@ class RunWorker:
         self.heartbeat(generation=generation, elapsed_s=elapsed, evaluations=evaluations,
                        evals_per_s=summary["evals_per_s"], phase="")
         best = max(population, key=lambda i: i.fitness)
-        champion = (f"champion {best.measure['time_us']:.2f}us ({best.time_term:.3f}x {self.baseline_name})"
-                    if best.ok else "no viable kernel yet")
+        champion = f"champion {_terms_text(best, self.baseline_name)}" if best.ok else "no viable kernel yet"
         budget = f"/{self.config.generations}" if self.config.generations else ""
         self.log(f"gen {generation}{budget} best {summary['best_fitness']:.4f} mean {summary['mean_fitness']:.4f} "
                  f"lethal {summary['n_lethal']}/{len(population)} new {len(new)} {champion} {gen_seconds:.1f}s")
@@ -237,12 +235,18 @@ def _row(generation: int, ind: Individual) -> dict:
         "parents": list(ind.parents), "origin": ind.origin, "status": m.get("status"), "cause": m.get("cause", ""),
         "fitness": ind.fitness, "time_us": m.get("time_us"), "time_spread_us": m.get("time_spread_us"),
         "memory_bytes": m.get("memory_bytes"), "extra_bytes": m.get("extra_bytes"), "onchip_bytes": m.get("onchip_bytes"),
-        "stability": m.get("stability"), "time_term": ind.time_term, "memory_term": ind.memory_term,
-        "stability_term": ind.stability_term, "pareto_rank": ind.pareto_rank, "source_hash": m.get("source_hash"),
+        "stability": m.get("stability"), "pareto_rank": ind.pareto_rank, "source_hash": m.get("source_hash"),
         "compile_s": m.get("compile_s"), "eval_s": m.get("eval_s"), "max_abs_err": m.get("max_abs_err"),
         "rel_err": m.get("rel_err"), "resources": _json_text(m.get("resources")),
         "reused": ind.reused,
+        **{f"{name}_term": term for name, term in ind.terms.items()},
     }
+
+
+def _terms_text(ind: Individual, baseline_name: str) -> str:
+    """The champion's raw time and its term per objective, e.g. ``12.30us time 1.210x memory 1.000x``."""
+    terms = " ".join(f"{name} {term:.3f}x" for name, term in ind.terms.items() if term is not None)
+    return f"{ind.measure['time_us']:.2f}us ({terms} vs {baseline_name})"
 
 
 def _json_text(value: Any) -> str:

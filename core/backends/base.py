@@ -113,7 +113,13 @@ def source_hash(kernel: KernelSource, arch: str = "", toolkit: str = "") -> str:
 
 
 class Runtime(ABC):
-    """The sandbox-side half of a backend: one instance per evaluator process."""
+    """The sandbox-side half of a backend: one instance per evaluator process.
+
+    ``arrays`` is the :class:`~core.backends.arrays.Arrays` the harness allocates, draws, poisons
+    and compares tensors with on this runtime's device.
+    """
+
+    arrays: Any
 
     @abstractmethod
     def load(self, artifact: Artifact) -> Any:
@@ -135,10 +141,31 @@ class Runtime(ABC):
 
 
 class Backend(ABC):
-    """One code generator target: ``c``, ``cuda`` or ``triton``."""
+    """One code generator target: ``c``, ``cuda`` or ``triton``.
+
+    Besides compiling, a backend declares its capabilities as class attributes, so that no code
+    outside ``core/backends/`` needs to test a backend's name:
+
+    * ``title`` -- how the dashboard names it ("CPU · C");
+    * ``language`` -- the syntax-highlight language of its source; ``source_suffix`` -- the file
+      suffix of an exported kernel (".c");
+    * ``device_kind`` -- "cpu" or "gpu": workloads pick default problem sizes by it, and the
+      dashboard says "cores" or "SMs";
+    * ``arrays`` -- the array library its runtime launches on ("numpy" or "torch"): a workload's
+      baselines and the generic harness's buffers come from it;
+    * ``dtypes`` -- the element types its templates may be asked for;
+    * ``sticky_errors`` -- whether a failed launch may leave the device unusable, so the sandbox
+      restarts after any exception (CUDA errors are sticky).
+    """
 
     name: ClassVar[str]
+    title: ClassVar[str]
     language: ClassVar[str]
+    source_suffix: ClassVar[str]
+    device_kind: ClassVar[str]
+    arrays: ClassVar[str]
+    dtypes: ClassVar[tuple[str, ...]]
+    sticky_errors: ClassVar[bool]
 
     @classmethod
     @abstractmethod

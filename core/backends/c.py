@@ -4,8 +4,9 @@ The embedded default every user gets: it needs only ``cc``/``gcc`` with OpenMP. 
 content-addressed (``<cache_dir>/<hash>.so``), written under a temporary name and moved into
 place with ``os.replace`` so that concurrent or killed compiles never leave a half-written file.
 
-Besides the backend this module holds the small numpy helpers every C harness shares: guarded,
-NaN-poisoned output buffers and the tolerance check.
+A kernel's C signature is the template's business: it gives the ctypes argument types of its
+entry point as ``launch["argtypes"]`` (names from :data:`CTYPES`), and the runtime's loaded
+:class:`CKernel` turns numpy arrays into pointers. Harnesses work in numpy (``runtime.arrays``).
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import tracemalloc
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -32,13 +32,8 @@ LINK_FLAGS: tuple[str, ...] = ("-lm",)
 COMPILE_TIMEOUT_S = 60.0
 LOG_LIMIT = 4000
 
-# ctypes argument types of the entry points in docs/CONTRACTS.md; a template may override them
-# with ``launch["argtypes"]`` (a list of the names below).
+# ctypes argument types a template names in ``launch["argtypes"]``.
 CTYPES = {"ptr": ctypes.c_void_p, "int": ctypes.c_int, "long": ctypes.c_long, "float": ctypes.c_float, "double": ctypes.c_double}
-SIGNATURES: dict[str, tuple[str, ...]] = {
-    "abebot_gemm": ("ptr", "ptr", "ptr", "int", "int", "int"),
-    "abebot_rmsnorm": ("ptr", "ptr", "ptr", "ptr", "int", "int", "float"),
-}
 
 
 def compiler_command() -> list[str]:
@@ -127,7 +122,13 @@ class CBackend(Backend):
     """CPU target: C compiled with ``cc -O3 -march=native -fopenmp`` and loaded with ctypes."""
 
     name = "c"
+    title = "CPU · C"
     language = "c"
+    source_suffix = ".c"
+    device_kind = "cpu"
+    arrays = "numpy"
+    dtypes = ("float32",)
+    sticky_errors = False
 
     _key_locks: dict[str, threading.Lock] = {}
     _locks_guard = threading.Lock()
@@ -197,6 +198,11 @@ def _cpu_device(cc: tuple[str, ...]) -> DeviceInfo:
                       arch=platform.machine(), versions=versions)
 
 
+def thread_options(cores: int) -> tuple[int, ...]:
+    """1, all cores and a few counts between; 2 even on one core, so that threading stays a gene."""
+    return tuple(sorted({1, 2, cores, *(c for c in (4, 8, 16, 32) if c < cores), max(1, cores // 2)}))
+
+
 def usable_cores() -> int:
     """Cores this process may run on (its affinity mask: taskset and containers narrow it)."""
     try:
@@ -235,11 +241,14 @@ class CRuntime(Runtime):
     """Loads shared objects with ctypes and times calls with ``perf_counter_ns``."""
 
     def __init__(self, device: DeviceInfo | None = None):
+        from core.backends.numpy_arrays import NumpyArrays
+
         self.device = device
+        self.arrays = NumpyArrays()
         self._libs: dict[str, ctypes.CDLL] = {}  # kept alive: ctypes never unloads, but drop no handle early
         self._flush_buf = None
 
-    def load(self, artifact: Artifact) -> Any:
+    def load(self, artifact: Artifact) -> "CKernel":
         """The entry point as a ctypes function with its argument types set."""
         if not artifact.path:
             raise ValueError("C artifact has no path")
@@ -249,12 +258,12 @@ class CRuntime(Runtime):
             lib = ctypes.CDLL(artifact.path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
             self._libs[artifact.path] = lib
         fn = getattr(lib, artifact.entry)
-        names = artifact.launch.get("argtypes") or SIGNATURES.get(artifact.entry)
-        if names is None:
-            raise ValueError(f"no known signature for entry {artifact.entry!r}; give launch['argtypes']")
+        names = artifact.launch.get("argtypes")
+        if not names:
+            raise ValueError(f"entry {artifact.entry!r} has no launch['argtypes'] (the template names its C signature)")
         fn.argtypes = [CTYPES[n] for n in names]
         fn.restype = None
-        return fn
+        return CKernel(fn, artifact)
 
     def synchronize(self) -> None:
         """Calls are synchronous on the CPU."""
@@ -284,133 +293,19 @@ class CRuntime(Runtime):
         self._flush_buf += 1.0
 
 
-# ---- numpy helpers shared by the C harnesses ------------------------------------------------------
+class CKernel:
+    """A loaded C entry point; ``bind(*args)`` turns numpy arrays into pointers (None into NULL) once
+    and returns the zero-argument call the harness times."""
 
-GUARD = 64  # floats of guard zone on each side of every output
-SENTINEL_BITS = 0x7FC0DEAD  # a quiet NaN whose payload no arithmetic produces
+    def __init__(self, function: Any, artifact: Artifact):
+        self.function = function
+        self.launch_params = dict(artifact.launch)
+        self.resources = dict(artifact.resources)
 
+    def bind(self, *args: Any) -> Callable[[], None]:
+        conv = tuple(a.ctypes.data if hasattr(a, "ctypes") else a for a in args)
+        fn = self.function
+        return lambda: fn(*conv)
 
-class GuardedBuffer:
-    """A float32 array of ``shape`` inside a larger buffer with sentinel-NaN guard zones.
-
-    The interior is poisoned with the same sentinel, so untouched outputs read as NaN and any byte
-    written outside the interior changes a guard.
-    """
-
-    def __init__(self, shape: tuple[int, ...]):
-        import numpy as np
-
-        self.size = int(np.prod(shape))
-        self.raw = np.empty(self.size + 2 * GUARD, dtype=np.float32)
-        self.array = self.raw[GUARD:GUARD + self.size].reshape(shape)
-        self.poison()
-
-    def poison(self) -> None:
-        self.raw.view("uint32")[:] = SENTINEL_BITS
-
-    def fill(self, values) -> None:
-        """Poison the guards and copy ``values`` into the interior (in/out buffers such as a residual)."""
-        self.poison()
-        self.array[...] = values
-
-    @property
-    def ptr(self) -> int:
-        return self.array.ctypes.data
-
-    def guards_intact(self) -> bool:
-        bits = self.raw.view("uint32")
-        return bool((bits[:GUARD] == SENTINEL_BITS).all() and (bits[-GUARD:] == SENTINEL_BITS).all())
-
-
-def traced_peak_bytes(fn: Callable[[], Any]) -> int:
-    """Peak Python-visible allocations (numpy's temporaries) of one call, measured with tracemalloc.
-
-    Buffers a library allocates outside Python's allocator (OpenBLAS's own) are not seen."""
-    tracemalloc.start()
-    try:
-        fn()
-        return int(tracemalloc.get_traced_memory()[1])
-    finally:
-        tracemalloc.stop()
-
-
-def same_bits(a, b) -> bool:
-    """Bitwise equality (NaN-safe) of two arrays of the same dtype and shape."""
-    return a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-def compare(out, ref, rtol: float, atol: float) -> tuple[str, float, float, str]:
-    """(cause or "", max_abs_err, rel_err, detail) for ``out`` against the float64 ``ref``.
-
-    cause is "nan_output" when any output is NaN/inf (poison left behind), "wrong_result" when
-    ``|out - ref| > atol + rtol * |ref|`` anywhere; rel_err is ``||out - ref|| / ||ref||``.
-    """
-    import numpy as np
-
-    o = out.astype(np.float64)
-    bad = ~np.isfinite(o)
-    if bad.any():
-        idx = np.unravel_index(int(np.argmax(bad)), o.shape)
-        return "nan_output", float("inf"), float("inf"), f"{int(bad.sum())} of {o.size} outputs not finite, first at {tuple(map(int, idx))}"
-    err = np.abs(o - ref)
-    max_abs = float(err.max(initial=0.0))
-    norm = float(np.linalg.norm(ref))
-    rel = float(np.linalg.norm(o - ref) / norm) if norm > 0 else max_abs
-    over = err > atol + rtol * np.abs(ref)
-    if over.any():
-        idx = np.unravel_index(int(np.argmax(err - (atol + rtol * np.abs(ref)))), o.shape)
-        return "wrong_result", max_abs, rel, f"{int(over.sum())} of {o.size} outputs beyond tolerance, worst at {tuple(map(int, idx))}"
-    return "", max_abs, rel, ""
-
-
-def fill_script(template: str, **values: Any) -> str:
-    """Replace ``__NAME__`` markers in a script template with ``repr(value)`` (``source`` verbatim)."""
-    for name, value in sorted(values.items(), key=lambda kv: kv[0] == "source"):  # source last: it is opaque text
-        template = template.replace(f"__{name.upper()}__", value if name == "source" else repr(value))
-    return template
-
-
-# Shared opening of the standalone scripts: compile the embedded source, load it, time calls.
-STANDALONE_PRELUDE = r'''
-import ctypes, os, shlex, shutil, subprocess, sys, tempfile, time
-import numpy as np
-
-FLAGS = __FLAGS__
-
-
-def build(source, entry, argtypes):
-    """Compile SOURCE with the system C compiler into a temp dir and return the ctypes function."""
-    cc = shlex.split(os.environ.get("CC", "")) or [shutil.which("cc") or shutil.which("gcc") or "cc"]
-    tmp = tempfile.mkdtemp(prefix="abebot-")
-    src, lib = os.path.join(tmp, "kernel.c"), os.path.join(tmp, "kernel.so")
-    with open(src, "w") as f:
-        f.write(source)
-    res = subprocess.run([*cc, *FLAGS, "-o", lib, src, "-lm"], capture_output=True, text=True)
-    if res.returncode != 0:
-        print(res.stdout + res.stderr)
-        sys.exit("compile failed")
-    fn = getattr(ctypes.CDLL(lib), entry)
-    fn.argtypes, fn.restype = argtypes, None
-    return fn
-
-
-def median_us(call, reps, warmup=3):
-    for _ in range(warmup):
-        call()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter_ns()
-        call()
-        ts.append((time.perf_counter_ns() - t0) / 1e3)
-    return float(np.median(ts))
-
-
-def guarded(shape, guard=64):
-    """float32 array inside a NaN-filled buffer; returns (interior, whole buffer)."""
-    raw = np.full(int(np.prod(shape)) + 2 * guard, np.nan, dtype=np.float32)
-    return raw[guard:guard + int(np.prod(shape))].reshape(shape), raw
-
-
-def guards_ok(raw, guard=64):
-    return bool(np.isnan(raw[:guard]).all() and np.isnan(raw[-guard:]).all())
-'''
+    def __call__(self, *args: Any) -> None:
+        self.bind(*args)()

@@ -26,10 +26,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
-from core.workloads.gpu_harness import TorchCudaRuntime
+from core.backends.torch_runtime import TorchCudaRuntime
 
 _PROBE = r"""
 import json, sys
@@ -139,7 +139,13 @@ class CudaBackend(Backend):
     """CUDA C through NVRTC; see the module docstring for what runs where."""
 
     name = "cuda"
+    title = "CUDA C"
     language = "cuda"
+    source_suffix = ".cu"
+    device_kind = "gpu"
+    arrays = "torch"
+    dtypes = ("bfloat16", "float16", "float32")
+    sticky_errors = True
     _lock = threading.Lock()
 
     @classmethod
@@ -201,12 +207,13 @@ class CudaKernel:
         self.resources = dict(artifact.resources)
         self._streams: dict[int, Any] = {}
 
-    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
-        """Launch on torch's current stream; torch tensors become pointers, ints int32, floats float32."""
+    def bind(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> Callable[[], None]:
+        """A zero-argument launch: torch tensors become pointers, ints int32, floats float32, once.
+        Each call launches on torch's current stream (a graph capture runs on a stream of its own)."""
         import cupy
         import numpy as np
 
-        from core.workloads.gpu_harness import current_stream_ptr
+        from core.backends.torch_runtime import current_stream_ptr
 
         conv = []
         for a in args:
@@ -218,12 +225,21 @@ class CudaKernel:
                 conv.append(np.float32(a))
             else:
                 conv.append(a)
-        ptr = current_stream_ptr()
-        stream = self._streams.get(ptr)
-        if stream is None:
-            stream = self._streams[ptr] = cupy.cuda.ExternalStream(ptr)
-        with stream:
-            self.function(tuple(grid), tuple(block), tuple(conv), shared_mem=shared_mem)
+        grid, block, conv = tuple(grid), tuple(block), tuple(conv)
+
+        def launch() -> None:
+            ptr = current_stream_ptr()
+            stream = self._streams.get(ptr)
+            if stream is None:
+                stream = self._streams[ptr] = cupy.cuda.ExternalStream(ptr)
+            with stream:
+                self.function(grid, block, conv, shared_mem=shared_mem)
+
+        return launch
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
+        """Launch once on torch's current stream."""
+        self.bind(grid, block, args, shared_mem)()
 
 
 class CudaRuntime(TorchCudaRuntime):

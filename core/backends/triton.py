@@ -14,6 +14,7 @@ Where each half runs:
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import sys
 import threading
@@ -23,14 +24,20 @@ from typing import Any
 
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
 from core.backends.cuda import _atomic_write, gpu_devices, gpu_unavailable_reason
-from core.workloads.gpu_harness import TorchCudaRuntime
+from core.backends.torch_runtime import TorchCudaRuntime
 
 
 class TritonBackend(Backend):
     """Triton kernels on a CUDA GPU (see the module docstring for what compiles where)."""
 
     name = "triton"
+    title = "Triton"
     language = "python"
+    source_suffix = ".py"
+    device_kind = "gpu"
+    arrays = "torch"
+    dtypes = ("bfloat16", "float16", "float32")
+    sticky_errors = True
     _lock = threading.Lock()
 
     @classmethod
@@ -112,15 +119,49 @@ class TritonKernel:
 class TritonRuntime(TorchCudaRuntime):
     """Sandbox half of the ``triton`` backend."""
 
-    _counter = 0
-
     def load(self, artifact: Artifact) -> TritonKernel:
         """Import the generated module (Triton compiles at the first launch)."""
-        os.environ.setdefault("TRITON_CACHE_DIR", str(Path(artifact.path).parent / "triton"))
-        TritonRuntime._counter += 1
-        name = f"abebot_triton_{artifact.source_hash}_{TritonRuntime._counter}"
-        spec = importlib.util.spec_from_file_location(name, artifact.path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # triton's JIT looks the module up for its globals
-        spec.loader.exec_module(module)
-        return TritonKernel(module, artifact)
+        return load_module(artifact)
+
+
+class InterpreterRuntime(Runtime):
+    """Triton kernels under ``TRITON_INTERPRET=1``: torch tensors on the CPU, timed by the wall
+    clock. For checking templates on a machine without a GPU (the conformance suite); its
+    timings say nothing about a GPU."""
+
+    def __init__(self):
+        from core.backends.torch_arrays import TorchArrays
+
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError("set TRITON_INTERPRET=1 before triton is imported to use the interpreter")
+        self.arrays = TorchArrays("cpu")
+
+    def load(self, artifact: Artifact) -> TritonKernel:
+        return load_module(artifact)
+
+    def synchronize(self) -> None:
+        """Interpreted launches are synchronous."""
+
+    def time(self, fn, reps: int, warmup: int) -> list[float]:
+        for i in range(warmup):
+            fn(i)
+        out = []
+        for i in range(reps):
+            t0 = time.perf_counter()
+            fn(warmup + i)
+            out.append(time.perf_counter() - t0)
+        return out
+
+
+_counter = itertools.count(1)
+
+
+def load_module(artifact: Artifact) -> TritonKernel:
+    """Import a generated module under a unique name (Triton's JIT looks it up for its globals)."""
+    os.environ.setdefault("TRITON_CACHE_DIR", str(Path(artifact.path).parent / "triton"))
+    name = f"abebot_triton_{artifact.source_hash}_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(name, artifact.path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return TritonKernel(module, artifact)

@@ -17,17 +17,19 @@ Genes and what they change in the code:
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.base import Template
-from core.workloads.gemm import DTYPE_BYTES
+from core.workloads.template import Template
+from core.backends.arrays import dtype_bytes
 
 LOOP = ("LOAD", "WAIT", "MATH")
 
 
 def _derived(g: Genome, dtype: str) -> dict:
     p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
-    elt = DTYPE_BYTES[dtype]
+    elt = dtype_bytes(dtype)
     wm, wn = p["warps_m"], p["warps_n"]
     d = {"elt": elt, "threads": 32 * wm * wn, "wtm": p["block_m"] // wm, "wtn": p["block_n"] // wn}
     lm, ln = (4, 8) if r["lanes"] == "4x8" else (8, 4)
@@ -45,7 +47,7 @@ class CudaGemmTemplate(Template):
 
     def gene_space(self) -> GeneSpace:
         dtype = self.problem["dtype"]
-        elt = DTYPE_BYTES[dtype]
+        elt = dtype_bytes(dtype)
         maths = ("mma", "ffma") if dtype != "float32" else ("ffma",)  # fp32 stays exact: no TF32
         groups = {
             "parallel_config": (
@@ -112,23 +114,12 @@ class CudaGemmTemplate(Template):
         resources = {"threads": d["threads"], "shared_bytes": d["smem"], "registers": min(255, d["acc"] + 40)}
         return KernelSource("cuda", source, "abebot_gemm", ("-std=c++17",), launch, resources)
 
-    def harness(self, runtime):
-        from core.workloads.gpu_harness import GemmHarnessBase
+    def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
+        lp = kernel.launch_params
+        m, n, k = shape["m"], shape["n"], shape["k"]
+        tiles = -(-m // lp["block_m"]) * -(-n // lp["block_n"])
+        return kernel.bind((tiles, 1, 1), (lp["threads"], 1, 1), (t["a"], t["b"], t["c"], m, n, k), lp["dynamic_shared_bytes"])
 
-        class CudaGemmHarness(GemmHarnessBase):
-            def launch(self, kernel, case):
-                self._kernel = kernel
-                d, lp = case.data, kernel.launch_params
-                m, n, k = case.shape["m"], case.shape["n"], case.shape["k"]
-                tiles = -(-m // lp["block_m"]) * -(-n // lp["block_n"])
-                kernel((tiles, 1, 1), (lp["threads"], 1, 1), (d["a"], d["b"], d["c"], m, n, k), lp["dynamic_shared_bytes"])
-
-        return CudaGemmHarness(self.workload, runtime, self.problem, self.device)
-
-    def standalone_script(self, kernel: KernelSource) -> str:
-        from core.workloads.gpu_harness import standalone_script
-
-        return standalone_script(self.workload.name, kernel, self.problem)
 
 
 _TYPES = {

@@ -11,10 +11,12 @@
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.base import Template
-from core.workloads.gemm import DTYPE_BYTES
+from core.workloads.template import Template
+from core.backends.arrays import dtype_bytes
 
 LOOP_TOKENS = ("LOAD_A", "LOAD_B", "DOT", "ADVANCE")
 TL_DTYPE = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16"}
@@ -57,7 +59,7 @@ class TritonGemmTemplate(Template):
             ),
         }
         smem_limit = self.device.shared_mem_per_block or 232448
-        elt = DTYPE_BYTES[self.problem["dtype"]]
+        elt = dtype_bytes(self.problem["dtype"])
 
         def fits(g: Genome) -> str | None:
             if _acc_regs(g) > 128:
@@ -89,7 +91,7 @@ class TritonGemmTemplate(Template):
 
     def _smem(self, g: Genome) -> int:
         p, m = g["parallel_config"], g["memory_pattern"]
-        elt = DTYPE_BYTES[self.problem["dtype"]]
+        elt = dtype_bytes(self.problem["dtype"])
         # Triton keeps num_stages buffers of both tiles (measured: 128x256x64 at 4 stages asked 245800 B)
         # (block_m below 64 is padded to a warpgroup's 64 rows: 16x256x128 at 5 stages asked 393280 B)
         return m["num_stages"] * (max(p["block_m"], 64) + p["block_n"]) * m["block_k"] * elt + 1024
@@ -105,30 +107,15 @@ class TritonGemmTemplate(Template):
                   "num_warps": p["num_warps"], "num_stages": m["num_stages"]}
         return KernelSource("triton", source, "abebot_gemm", (), launch, resources)
 
-    def harness(self, runtime):
-        from core.workloads.gpu_harness import GemmHarnessBase
+    def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], Any]:
+        a, b, c = t["a"], t["b"], t["c"]
+        ws_bytes = kernel.module.workspace_bytes(shape["m"], shape["n"], shape["k"])
+        ws = a.new_empty(ws_bytes // 4, dtype=_float32()) if ws_bytes else None
+        return lambda: kernel(a, b, c, ws)
 
-        class TritonGemmHarness(GemmHarnessBase):
-            def launch(self, kernel, case):
-                self._kernel = kernel
-                d = case.data
-                ws_bytes = kernel.module.workspace_bytes(*(case.shape[x] for x in "mnk"))
-                ws = d.get("_ws")
-                if ws_bytes and (ws is None or ws.numel() * 4 < ws_bytes):
-                    import torch
+    def extra_bytes(self, kernel: Any, artifact: Any, shape: dict) -> int:
+        return int(kernel.module.workspace_bytes(shape["m"], shape["n"], shape["k"]))
 
-                    ws = d["_ws"] = torch.empty(ws_bytes // 4, dtype=torch.float32, device="cuda")
-                kernel(d["a"], d["b"], d["c"], ws)
-
-            def extra_memory_bytes(self, kernel, artifact, case):
-                return int(kernel.module.workspace_bytes(*(case.shape[x] for x in "mnk")))
-
-        return TritonGemmHarness(self.workload, runtime, self.problem, self.device)
-
-    def standalone_script(self, kernel: KernelSource) -> str:
-        from core.workloads.gpu_harness import standalone_script
-
-        return standalone_script(self.workload.name, kernel, self.problem)
 
 
 def _body(loop: tuple, prefetch: bool, tma: bool, acc: str, k_expr: str, indent: str, wrap: bool = False,
@@ -321,3 +308,9 @@ def _render_kernel(name: str, p: dict, m: dict, regs: dict, loop: tuple, tma: bo
 
 
 TEMPLATE = TritonGemmTemplate
+
+
+def _float32():
+    import torch
+
+    return torch.float32

@@ -1,44 +1,41 @@
 """RMSNorm: out = x / sqrt(mean(x^2) + eps) * w, per row, accumulation in float32.
 
 With ``residual`` it is vLLM's ``fused_add_rms_norm``: x = x + residual first, the sum is written
-back to ``residual`` and normalised into the output. On the CPU float32 against the numpy
-reference; on a GPU bf16 against vLLM's ``forward_native`` (eager and torch.compile) and
-``torch.nn.functional.rms_norm``.
+back to ``residual`` (in place) and normalised into ``out``. Tolerances are vLLM's for half types
+(atol = rtol = 1e-2). Baselines: a numpy expression and torch's ``F.rms_norm`` on the CPU; vLLM's
+``forward_native`` under torch.compile (what vLLM runs by default) and eager, and
+``F.rms_norm``, on a GPU. Templates: ``c.py``, ``cuda.py``, ``triton.py``.
 """
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from core.workloads.base import Workload
-from core.workloads.problem import merge_problem, one_of, positive_int
+from core.workloads.spec import Baseline, Normal, Param, Tensor, Workload
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+TOLERANCE = {"bfloat16": (1e-2, 1e-2), "float16": (1e-2, 1e-2), "float32": (1e-5, 1e-5)}
 
 
 class RmsNormWorkload(Workload):
     name = "rmsnorm"
     description = "RMSNorm over the hidden size (every transformer layer, twice), optionally fused with the residual add"
+    params = (
+        Param("rows", 4096, cpu_default=256, upper=1 << 20),
+        Param("cols", 8192, cpu_default=4096, upper=1 << 17),
+        Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
+        Param("residual", False, kind="flag"),
+        Param("eps", 1e-6, kind="real", low=0.0, high=1.0),
+    )
     templates = {
         "c": "core.workloads.rmsnorm.c",
         "cuda": "core.workloads.rmsnorm.cuda",
         "triton": "core.workloads.rmsnorm.triton",
     }
 
-    def default_problem(self, backend: str) -> dict:
-        if backend == "c":
-            return {"rows": 256, "cols": 4096, "dtype": "float32", "residual": False, "eps": 1e-6}
-        return {"rows": 4096, "cols": 8192, "dtype": "bfloat16", "residual": False, "eps": 1e-6}
-
-    def validate_problem(self, problem: dict, backend: str) -> dict:
-        p = merge_problem(self.default_problem(backend), problem, backend, self.name)
-        positive_int(p, "rows", 1 << 20)
-        positive_int(p, "cols", 1 << 17)
-        one_of(p, "dtype", ("float32",) if backend == "c" else tuple(DTYPE_BYTES))
-        if not isinstance(p["residual"], bool):
-            raise ValueError(f"residual must be true or false (got {p['residual']!r})")
-        if not isinstance(p["eps"], float) or not 0 < p["eps"] < 1:
-            raise ValueError(f"eps must be a float in (0, 1) (got {p['eps']!r})")
-        return p
+    def tensors(self, problem: dict) -> list[Tensor]:
+        out = [Tensor("x", ("rows", "cols")), Tensor("w", ("cols",), init=Normal(mean=1.0, std=0.5))]
+        if problem["residual"]:
+            out.append(Tensor("residual", ("rows", "cols"), "inout"))
+        return out + [Tensor("out", ("rows", "cols"), "output")]
 
     def shapes(self, problem: dict) -> list[dict]:
         main = {"rows": problem["rows"], "cols": problem["cols"]}
@@ -46,24 +43,87 @@ class RmsNormWorkload(Workload):
         odd = [{"rows": 83, "cols": 1031}, {"rows": 7, "cols": problem["cols"]}]
         return [main] + [s for s in odd if s != main]
 
-    def flops(self, shape: dict) -> float:
+    def reference(self, xp: Any, t: dict, problem: dict) -> dict:
+        x = t["x"] + t["residual"] if problem["residual"] else t["x"]
+        out = {"out": x / xp.sqrt((x * x).mean(-1, keepdims=True) + problem["eps"]) * t["w"]}
+        if problem["residual"]:
+            out["residual"] = x
+        return out
+
+    def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
+        return TOLERANCE[dtype]
+
+    def flops(self, shape: dict, problem: dict) -> float:
         return 4.0 * shape["rows"] * shape["cols"]
 
-    def min_bytes(self, shape: dict, dtype: str = "float32", residual: bool = False) -> float:
-        r, c, b = shape["rows"], shape["cols"], DTYPE_BYTES[dtype]
-        # x read, out written, w read once; with residual: residual read and written back too.
-        return float(b * (2 * r * c + c + (2 * r * c if residual else 0)))
+    def baselines(self, arrays: str) -> list[Baseline]:
+        if arrays == "numpy":
+            return [Baseline("numpy", "numpy", _numpy_rms, "the float32 formula in numpy, into out"),
+                    Baseline("torch_rms_norm", "numpy", _torch_cpu_rms, "torch.nn.functional.rms_norm on the CPU",
+                             returns_outputs=True)]
+        out = [Baseline("vllm_native_compile", "torch", _compiled_native, "vLLM forward_native under torch.compile",
+                        returns_outputs=True),
+               Baseline("vllm_native_eager", "torch", _eager_native, "vLLM forward_native, eager", returns_outputs=True)]
+        return out + [Baseline("torch_rms_norm", "torch", _torch_rms, "torch.nn.functional.rms_norm", returns_outputs=True)]
 
-    def io_bytes(self, shape: dict, dtype: str = "float32", residual: bool = False) -> int:
-        r, c, b = shape["rows"], shape["cols"], DTYPE_BYTES[dtype]
-        return int(b * (2 * r * c + c + (r * c if residual else 0)))
 
-    @staticmethod
-    def reference(x: np.ndarray, w: np.ndarray, eps: float, residual: np.ndarray | None = None):
-        """float64 reference: returns (out, new_residual or None)."""
-        x64 = x.astype(np.float64)
-        if residual is not None:
-            x64 = x64 + residual.astype(np.float64)
-        rms = np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
-        out = x64 / rms * w.astype(np.float64)
-        return out, (x64 if residual is not None else None)
+def forward_native(x, weight, eps: float, residual=None):
+    """vLLM's ``RMSNorm.forward_native`` (eager PyTorch), with its fused residual variant."""
+    import torch
+
+    orig = x.dtype
+    x = x.to(torch.float32)
+    if residual is not None:
+        x = x + residual.to(torch.float32)
+        residual = x.to(orig)
+    variance = x.pow(2).mean(dim=-1, keepdim=True)
+    x = x * torch.rsqrt(variance + eps)
+    x = x.to(orig) * weight
+    return x if residual is None else (x, residual)
+
+
+def _native_outputs(result: Any) -> dict:
+    return {"out": result[0], "residual": result[1]} if isinstance(result, tuple) else {"out": result}
+
+
+def _eager_native(t: dict, problem: dict) -> dict:
+    return _native_outputs(forward_native(t["x"], t["w"], problem["eps"], t.get("residual")))
+
+
+_COMPILED: dict = {}
+
+
+def _compiled_native(t: dict, problem: dict) -> dict:
+    import torch
+
+    fn = _COMPILED.get("fn")
+    if fn is None:
+        fn = _COMPILED["fn"] = torch.compile(forward_native, dynamic=False)
+    return _native_outputs(fn(t["x"], t["w"], problem["eps"], t.get("residual")))
+
+
+def _torch_rms(t: dict, problem: dict) -> dict:
+    """F.rms_norm has no fused residual: the add is a separate in-place op, as a user would write it."""
+    import torch
+
+    x = t["x"]
+    if problem["residual"]:
+        x = t["residual"].add_(x)
+    return {"out": torch.nn.functional.rms_norm(x, (x.shape[-1],), t["w"], problem["eps"])}
+
+
+def _torch_cpu_rms(t: dict, problem: dict) -> dict:
+    import torch
+
+    out = _torch_rms({k: torch.from_numpy(v) for k, v in t.items() if k in ("x", "w", "residual")}, problem)
+    return {"out": out["out"].numpy()}
+
+
+def _numpy_rms(t: dict, problem: dict) -> None:
+    import numpy as np
+
+    x = t["x"]
+    if problem["residual"]:
+        x = np.add(x, t["residual"], out=t["residual"])
+    ms = np.mean(x * x, axis=-1, keepdims=True)
+    np.multiply(x / np.sqrt(ms + np.float32(problem["eps"])), t["w"], out=t["out"])

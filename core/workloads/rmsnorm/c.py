@@ -19,19 +19,16 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-import numpy as np
 
-from core.backends.base import KernelSource, Runtime
-from core.backends.c import BASE_FLAGS, traced_peak_bytes, STANDALONE_PRELUDE, GuardedBuffer, compare, fill_script, same_bits
+from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.base import Case, CheckResult, Harness, Template
+from core.workloads.template import Template
 
 ENTRY = "abebot_rmsnorm"
+ARGTYPES = ("ptr", "ptr", "ptr", "ptr", "int", "int", "float")  # the entry point's C signature, for ctypes
 STAGES = ("LOAD", "SQUARE_ACC", "REDUCE", "SCALE", "WEIGHT", "STORE")
 BEFORE = (("LOAD", "SQUARE_ACC"), ("SQUARE_ACC", "REDUCE"), ("REDUCE", "SCALE"), ("SCALE", "STORE"),
           ("LOAD", "WEIGHT"), ("WEIGHT", "STORE"))
-RTOL = ATOL = 1e-5
-F32_EPS = 2.0 ** -23
 
 
 class CRmsNormTemplate(Template):
@@ -40,7 +37,7 @@ class CRmsNormTemplate(Template):
     backend = "c"
 
     def gene_space(self) -> GeneSpace:
-        from core.workloads.gemm.c import thread_options
+        from core.backends.c import thread_options
 
         cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
         parallel = (
@@ -74,17 +71,13 @@ class CRmsNormTemplate(Template):
         cfg = RmsConfig.from_genome(genome, residual=bool(self.problem.get("residual")))
         return KernelSource(
             backend="c", source=render_source(cfg), entry=ENTRY, flags=("-std=gnu11",),
-            launch={"threads": cfg.threads, "vector_width": cfg.vw, "residual": cfg.residual},
+            launch={"argtypes": ARGTYPES, "threads": cfg.threads, "vector_width": cfg.vw, "residual": cfg.residual},
             resources={"workspace_bytes": cfg.workspace_bytes(self.problem["cols"]), "threads": cfg.threads},
         )
 
-    def harness(self, runtime: Runtime) -> "CRmsNormHarness":
-        return CRmsNormHarness(self.workload, runtime, self.problem, self.device)
-
-    def standalone_script(self, kernel: KernelSource) -> str:
-        return fill_script(STANDALONE_PRELUDE + _SCRIPT, flags=(*BASE_FLAGS, *kernel.flags), source=kernel.source,
-                           entry=kernel.entry, shapes=self.workload.shapes(self.problem),
-                           residual=bool(self.problem.get("residual")), eps=float(self.problem["eps"]), rtol=RTOL, atol=ATOL)
+    def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
+        return kernel.bind(t["x"], t["w"], t.get("residual"), t["out"], shape["rows"], shape["cols"],
+                           float(self.problem["eps"]))
 
 
 TEMPLATE = CRmsNormTemplate
@@ -340,167 +333,3 @@ def _entry(c: RmsConfig) -> str:
             f"      row(x + (size_t)i * cols, w, {res}, out + (size_t)i * cols, buf,\n"
             f"          x + (size_t)nx * cols, {rnext}, cols, eps);\n    }}\n  }}\n  free(bufs);\n}}\n")
     return out
-
-
-# ---- harness -------------------------------------------------------------------------------------
-
-class CRmsNormHarness(Harness):
-    """Inputs, launches and checks for ``abebot_rmsnorm`` in this process.
-
-    Tolerance: ``|out - ref| <= 1e-5 + 1e-5 * |ref|``. x and w are uniform in [-1, 1), so outputs
-    are at most ~1.7 in magnitude; a float32 sum of squares over ``cols`` elements is off by about
-    sqrt(cols) * 6e-8 relative (4e-6 at 4096, less with several accumulators) and 1/sqrt halves
-    that, so a correct kernel stays 3-10x inside the bound, while a wrong eps, row or weight
-    index misses it by orders of magnitude.
-
-    With a residual the kernel updates ``residual`` in place, so repeated launches (timing)
-    keep adding x: the harness counts launches since the last reset, checks the residual
-    against r + n*x (tolerance grown by n roundings) and the output against the float64
-    RMSNorm of the residual the kernel wrote.
-    """
-
-    def make_case(self, shape: dict, seed: int) -> Case:
-        rows, cols = shape["rows"], shape["cols"]
-        rng = np.random.default_rng(seed)
-        x = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
-        w = rng.uniform(-1.0, 1.0, cols).astype(np.float32)
-        out = GuardedBuffer((rows, cols))
-        data = {"x": x, "w": w, "out": out, "launches": 0}
-        pristine = {"x": x.copy(), "w": w.copy()}
-        res = None
-        if self.problem.get("residual"):
-            r = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
-            pristine["residual"] = r
-            data["residual"] = GuardedBuffer((rows, cols))
-            data["residual"].fill(r)
-            res = r
-        case = Case(shape=dict(shape), data=data, pristine=pristine)
-        ref_out, ref_res = self.workload.reference(x, w, self.problem["eps"], res)
-        case.expected["out"] = ref_out
-        if ref_res is not None:
-            case.expected["residual"] = ref_res
-        rptr = data["residual"].ptr if res is not None else None
-        data["args"] = (x.ctypes.data, w.ctypes.data, rptr, out.ptr, rows, cols, float(self.problem["eps"]))
-        return case
-
-    def launch(self, kernel: Any, case: Case) -> None:
-        case.data["launches"] += 1
-        kernel(*case.data["args"])
-
-    def check(self, case: Case) -> CheckResult:
-        d = case.data
-        buffers = [("out", d["out"])] + ([("residual", d["residual"])] if "residual" in d else [])
-        for name, buf in buffers:
-            if not buf.guards_intact():
-                return CheckResult(False, "out_of_bounds_write", detail=f"guard zone around {name} changed")
-        for name in ("x", "w"):
-            if not same_bits(d[name], case.pristine[name]):
-                return CheckResult(False, "input_modified", detail=f"input {name} changed")
-        ref_out = case.expected["out"]
-        if "residual" in d and d["launches"] > 1:
-            ref_out = self.workload.reference(d["residual"].array, d["w"], self.problem["eps"])[0]
-        cause, max_abs, rel, detail = compare(d["out"].array, ref_out, RTOL, ATOL)
-        if cause != "nan_output" and "residual" in d:
-            res_check = self._check_residual(case)
-            if res_check is not None:
-                return res_check
-        return CheckResult(not cause, cause, max_abs, rel, detail)
-
-    def _check_residual(self, case: Case) -> CheckResult | None:
-        d, n = case.data, max(1, case.data["launches"])
-        r0, x = case.pristine["residual"].astype(np.float64), case.pristine["x"].astype(np.float64)
-        expected = r0 + n * x if n > 1 else case.expected["residual"]
-        atol = ATOL + (n * F32_EPS * (np.abs(r0) + n * np.abs(x)) if n > 1 else 0.0)
-        cause, max_abs, rel, detail = compare(d["residual"].array, expected, RTOL, atol)
-        if cause:
-            return CheckResult(False, cause, max_abs, rel, f"residual: {detail}")
-        return None
-
-    def reset_outputs(self, case: Case) -> None:
-        case.data["out"].poison()
-        if "residual" in case.data:
-            case.data["residual"].fill(case.pristine["residual"])
-        case.data["launches"] = 0
-
-    def output_bytes(self, case: Case) -> bytes:
-        out = case.data["out"].array.tobytes()
-        return out + case.data["residual"].array.tobytes() if "residual" in case.data else out
-
-    def baselines(self) -> dict[str, Callable[[Case], Any]]:
-        return {"numpy": self._numpy}
-
-    def _numpy(self, case: Case) -> None:
-        """The float32 reference as numpy evaluates it, written into the case's outputs."""
-        d, eps = case.data, np.float32(self.problem["eps"])
-        d["launches"] += 1
-        x = d["x"]
-        if "residual" in d:
-            x = np.add(x, d["residual"].array, out=d["residual"].array)
-        ms = np.mean(x * x, axis=-1, keepdims=True)
-        np.multiply(x / np.sqrt(ms + eps), d["w"], out=d["out"].array)
-
-    def baseline_memory_bytes(self, name: str, case: Case) -> int:
-        """Peak temporaries numpy allocates for one call, measured with tracemalloc."""
-        fn = self.baselines()[name]
-        return traced_peak_bytes(lambda: fn(case))
-
-
-_SCRIPT = r'''
-SOURCE = r"""__SOURCE__"""
-ENTRY = __ENTRY__
-SHAPES = __SHAPES__
-RESIDUAL, EPS = __RESIDUAL__, __EPS__
-RTOL, ATOL = __RTOL__, __ATOL__
-
-
-def reference(x, w, r):
-    x64 = x.astype(np.float64) + (r.astype(np.float64) if r is not None else 0.0)
-    return x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + EPS) * w.astype(np.float64), x64
-
-
-def numpy_f32(x, w, r, out):
-    if r is not None:
-        x = np.add(x, r, out=r)
-    np.multiply(x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(EPS)), w, out=out)
-
-
-def main():
-    p = ctypes.c_void_p
-    fn = build(SOURCE, ENTRY, [p, p, p, p, ctypes.c_int, ctypes.c_int, ctypes.c_float])
-    rng = np.random.default_rng(int(time.time()))
-    ok = True
-    print(f"{'shape':>12} {'check':>6} {'max_abs_err':>12} {'kernel_us':>10} {'numpy_us':>10} {'speedup':>8}")
-    for i, s in enumerate(SHAPES):
-        rows, cols = s["rows"], s["cols"]
-        x = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
-        w = rng.uniform(-1, 1, cols).astype(np.float32)
-        x0, w0 = x.copy(), w.copy()
-        out, raw = guarded((rows, cols))
-        r = r0 = rraw = None
-        if RESIDUAL:
-            r, rraw = guarded((rows, cols))
-            r0 = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
-            r[...] = r0
-        call = lambda: fn(x.ctypes.data, w.ctypes.data, r.ctypes.data if RESIDUAL else None, out.ctypes.data, rows, cols, EPS)
-        call()
-        ref, ref_res = reference(x, w, r0)
-        err = np.abs(out.astype(np.float64) - ref)
-        good = (guards_ok(raw) and np.array_equal(x, x0) and np.array_equal(w, w0) and np.isfinite(out).all()
-                and bool((err <= ATOL + RTOL * np.abs(ref)).all()))
-        if RESIDUAL:
-            good = good and guards_ok(rraw) and bool((np.abs(r - ref_res) <= ATOL + RTOL * np.abs(ref_res)).all())
-        ok &= good
-        reps = 50 if i == 0 else 10
-        t_k = median_us(call, reps)
-        on = np.empty_like(out)
-        rn = r0.copy() if RESIDUAL else None
-        t_n = median_us(lambda: numpy_f32(x, w, rn, on), reps)
-        mae = float(err.max()) if np.isfinite(err).all() else float("inf")
-        print(f"{rows}x{cols:<7} {'ok' if good else 'FAIL':>6} {mae:12.3e} {t_k:10.1f} {t_n:10.1f} {t_n / t_k:7.2f}x")
-    print("verification:", "passed" if ok else "FAILED")
-    sys.exit(0 if ok else 1)
-
-
-if __name__ == "__main__":
-    main()
-'''

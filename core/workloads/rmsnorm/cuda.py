@@ -13,10 +13,12 @@
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.base import Template
-from core.workloads.rmsnorm import DTYPE_BYTES
+from core.workloads.template import Template
+from core.backends.arrays import dtype_bytes
 
 TOKENS = ("LOAD_X", "LOAD_W", "REDUCE", "STORE")
 MAX_ITEMS = 64  # floats of the row per thread held in registers, beyond that the row spills
@@ -30,7 +32,7 @@ class CudaRmsNormTemplate(Template):
     backend = "cuda"
 
     def gene_space(self) -> GeneSpace:
-        elt = DTYPE_BYTES[self.problem["dtype"]]
+        elt = dtype_bytes(self.problem["dtype"])
         cols = _cols_max(self.problem)
         groups = {
             "parallel_config": (
@@ -84,27 +86,16 @@ class CudaRmsNormTemplate(Template):
                      "registers": min(255, 32 + (2 * per_thread if row == "registers" else 8))}
         return KernelSource("cuda", source, "abebot_rmsnorm", ("-std=c++17",), launch, resources)
 
-    def harness(self, runtime):
-        from core.workloads.gpu_harness import RmsNormHarnessBase
+    def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
+        lp = kernel.launch_params
+        rows, cols = shape["rows"], shape["cols"]
+        blocks = -(-rows // lp["rows_per_block"])
+        if lp["persistent"]:
+            blocks = min(blocks, self.device.multiprocessors * lp["waves"])
+        res = t["residual"] if self.problem["residual"] else t["x"]
+        return kernel.bind((blocks, 1, 1), (lp["threads"], 1, 1),
+                           (t["x"], t["w"], res, t["out"], rows, cols, float(self.problem["eps"])))
 
-        class CudaRmsNormHarness(RmsNormHarnessBase):
-            def launch(self, kernel, case):
-                self._kernel = kernel
-                d, lp = case.data, kernel.launch_params
-                rows, cols = case.shape["rows"], case.shape["cols"]
-                blocks = -(-rows // lp["rows_per_block"])
-                if lp["persistent"]:
-                    blocks = min(blocks, self.device.multiprocessors * lp["waves"])
-                res = d["residual"] if self.problem["residual"] else d["x"]
-                kernel((blocks, 1, 1), (lp["threads"], 1, 1),
-                       (d["x"], d["w"], res, d["out"], rows, cols, float(self.problem["eps"])))
-
-        return CudaRmsNormHarness(self.workload, runtime, self.problem, self.device)
-
-    def standalone_script(self, kernel: KernelSource) -> str:
-        from core.workloads.gpu_harness import standalone_script
-
-        return standalone_script(self.workload.name, kernel, self.problem)
 
 
 _CONV = {
@@ -187,7 +178,7 @@ static __device__ __forceinline__ void row_norm(const T *__restrict__ x, const T
 def render_source(g: Genome, problem: dict) -> str:
     p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
     dtype = problem["dtype"]
-    elt = DTYPE_BYTES[dtype]
+    elt = dtype_bytes(dtype)
     T, to_f, from_f = _CONV[dtype]
     cols_max = _cols_max(problem)
     ld, st = m["load"], m["store"]

@@ -12,9 +12,11 @@
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.base import Template
+from core.workloads.template import Template
 
 TOKENS = ("LOAD_X", "LOAD_W", "REDUCE", "STORE")
 MAX_ELEMS_PER_THREAD = 64  # more than this per thread spills on every variant
@@ -79,21 +81,10 @@ class TritonRmsNormTemplate(Template):
         launch = {"rows_per_program": p["rows_per_program"], "num_warps": p["num_warps"], "block_cols": m["block_cols"]}
         return KernelSource("triton", source, "abebot_rmsnorm", (), launch, resources)
 
-    def harness(self, runtime):
-        from core.workloads.gpu_harness import RmsNormHarnessBase
+    def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], Any]:
+        x, w, out, res, eps = t["x"], t["w"], t["out"], t.get("residual"), self.problem["eps"]
+        return lambda: kernel(x, w, out, res, eps)
 
-        class TritonRmsNormHarness(RmsNormHarnessBase):
-            def launch(self, kernel, case):
-                self._kernel = kernel
-                d = case.data
-                kernel(d["x"], d["w"], d["out"], d.get("residual") if self.problem["residual"] else None, self.problem["eps"])
-
-        return TritonRmsNormHarness(self.workload, runtime, self.problem, self.device)
-
-    def standalone_script(self, kernel: KernelSource) -> str:
-        from core.workloads.gpu_harness import standalone_script
-
-        return standalone_script(self.workload.name, kernel, self.problem)
 
 
 def _load_x(res: bool, evict: str, keep: str, offs: str, mask: str) -> list[str]:

@@ -6,7 +6,7 @@ a forked CUDA context is unusable), and the parent talks to it over a :class:`mu
 one request and one reply at a time, so each candidate's result comes back on its own.
 
 The child builds its *server* once (``spec["server"]``, ``"module:callable"``, called with the spec;
-the evaluator's is :class:`core.evaluate.Protocol`), then answers requests with ``server.handle``.
+the evaluator's is :class:`core.evaluation.protocol.Protocol`), then answers requests with ``server.handle``.
 The parent's :class:`Sandbox` turns every way the child can fail into a reply dict:
 
 * no reply within the timeout -> ``{"status": "timeout"}``; the child is killed and restarted;
@@ -190,7 +190,7 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
     """Entry point of the evaluator process: isolate, build the server, serve until told to exit."""
     _isolate(log_path)
     try:
-        server = _load(spec.get("server", "core.evaluate:Protocol"))(spec)
+        server = _load(spec.get("server", "core.evaluation.protocol:Protocol"))(spec)
         info = server.info() if hasattr(server, "info") else {}
     except BaseException as exc:  # report any setup failure to the parent, then exit
         conn.send({"status": "error", "cause": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})

@@ -1,0 +1,111 @@
+"""torch as a harness's array library: GPU kernels (CUDA C, Triton) run on torch tensors, and the
+Triton interpreter runs them on CPU tensors. torch is imported when an instance is made."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from core.backends.arrays import GUARD_ELEMENTS, Arrays, CheckResult
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+class TorchArrays(Arrays):
+    name = "torch"
+
+    def __init__(self, device: str = "cuda"):
+        import torch
+
+        self.xp = torch
+        self.device = torch.device(device)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    def generator(self, seed: int):
+        gen = self.xp.Generator(device=self.device)
+        gen.manual_seed(seed)
+        return gen
+
+    def normal(self, shape, dtype, gen, mean, std):
+        t = self.xp.randn(shape, generator=gen, device=self.device, dtype=self.xp.float32)
+        return (t * std + mean).to(torch_dtype(dtype))
+
+    def uniform(self, shape, dtype, gen, low, high):
+        t = self.xp.rand(shape, generator=gen, device=self.device, dtype=self.xp.float32)
+        return (t * (high - low) + low).to(torch_dtype(dtype))
+
+    def poisoned(self, shape, dtype, guard=GUARD_ELEMENTS):
+        n = 1
+        for d in shape:
+            n *= d
+        flat = self.xp.full((n + 2 * guard,), float("nan"), dtype=torch_dtype(dtype), device=self.device)
+        return flat, flat[guard: guard + n].view(shape)
+
+    def poison(self, flat):
+        flat.fill_(float("nan"))
+
+    def guards_intact(self, flat, guard=GUARD_ELEMENTS):
+        torch = self.xp
+        return bool(torch.isnan(flat[:guard]).all() and torch.isnan(flat[-guard:]).all())
+
+    def copy_into(self, dst, src):
+        dst.copy_(src)
+
+    def clone(self, x):
+        return x.clone()
+
+    def same_bits(self, a, b):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        return bool(self.xp.equal(a.contiguous().view(self.xp.uint8), b.contiguous().view(self.xp.uint8)))
+
+    def float64(self, x):
+        return x.double()
+
+    def compare(self, out, ref, atol, rtol) -> CheckResult:
+        torch = self.xp
+        o = out.double()
+        bad = ~torch.isfinite(o)
+        if bool(bad.any()):
+            idx = int(bad.flatten().nonzero()[0])
+            return CheckResult(False, "nan_output", float("inf"), float("inf"),
+                               f"{int(bad.sum())} of {o.numel()} outputs not finite (unwritten?), first at flat index {idx}")
+        err = (o - ref).abs()
+        max_abs = float(err.max()) if err.numel() else 0.0
+        rel = float(torch.linalg.vector_norm(o - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-300))
+        over = err > atol + rtol * ref.abs()
+        if bool(over.any()):
+            idx = int(over.flatten().nonzero()[0])
+            return CheckResult(False, "wrong_result", max_abs, rel,
+                               f"{int(over.sum())} of {o.numel()} outputs beyond tolerance; first at flat index {idx}: "
+                               f"got {float(o.flatten()[idx]):.6g}, want {float(ref.flatten()[idx]):.6g}")
+        return CheckResult(True, "", max_abs, rel)
+
+    def to_bytes(self, x) -> bytes:
+        return x.contiguous().view(self.xp.uint8).cpu().numpy().tobytes()
+
+    def nbytes(self, x) -> int:
+        return int(x.numel() * x.element_size())
+
+    def peak_extra_bytes(self, fn: Callable[[], Any]) -> int:
+        """Peak bytes the torch allocator hands out during ``fn()`` beyond what was live before
+        (on the CPU, allocations are not tracked: 0)."""
+        if not self.on_gpu:
+            fn()
+            return 0
+        cuda = self.xp.cuda
+        cuda.synchronize()
+        cuda.reset_peak_memory_stats()
+        before = cuda.memory_allocated()
+        fn()
+        cuda.synchronize()
+        return max(0, cuda.max_memory_allocated() - before)
+
+    def synchronize(self) -> None:
+        if self.on_gpu:
+            self.xp.cuda.synchronize()

@@ -1,0 +1,202 @@
+"""The GA-side evaluator: genome -> source -> static check -> parallel compile -> sandbox.
+
+It renders genomes, rejects kernels whose static resource estimate exceeds the device (immediate
+death, as the seed says), compiles the rest in a thread pool (cached by the backend's
+``cache_key``: identical sources compile and measure once), and sends each compiled artifact to a
+sandboxed evaluator process (:mod:`core.evaluation.protocol`) through the :class:`SandboxPool`.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+from core.backends.base import Artifact, Backend, CompileError, KernelSource
+from core.config import RunConfig
+from core.evaluation.pool import SandboxPool
+from core.evaluation.record import Evaluation, first_error_line, one_line, trim_log
+from core.evaluation.timing import TIMING_TARGET_S
+from core.genome import Genome
+
+MEASURES = ("time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes", "stability",
+            "max_abs_err", "rel_err")
+
+
+class Evaluator:
+    """Evaluates genomes of one run's workload on one backend device.
+
+    ``cache_dir`` is the runs folder's compile cache root (``<runs_dir>/.cache``, shared across
+    runs); kernels are compiled into ``<cache_dir>/<backend>/``. ``log_path`` receives the sandbox
+    process's output (the run folder's ``sandbox.log``; by default a file in the temp directory).
+    ``log`` gets one line per noteworthy event (baseline, crashes, timeouts); ``progress(done,
+    total)`` is called after each candidate of a batch is measured.
+    """
+
+    def __init__(self, config: RunConfig, cache_dir: Path, log: Callable[[str], None] = print,
+                 log_path: Path | str | None = None, timing_target_s: float = TIMING_TARGET_S,
+                 progress: Callable[[int, int], None] = lambda done, total: None):
+        from core.workloads import get_workload
+
+        self.config = config
+        self.cache_dir = Path(cache_dir)
+        self.compile_dir = self.cache_dir / config.backend
+        self.log = log
+        self.log_path = Path(log_path) if log_path else Path(tempfile.gettempdir()) / f"abebot-sandbox-{os.getpid()}.log"
+        self.timing_target_s = timing_target_s
+        self.progress = progress
+        self.workload = get_workload(config.workload)
+        self.problem = self.workload.validate_problem(dict(config.problem), config.backend)
+        self.backend: Backend | None = None
+        self.template = None
+        self.sandbox: SandboxPool | None = None
+        self.baseline: dict | None = None
+        self._rng = random.Random(config.seed)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> dict:
+        """Build the backend and template, start the sandboxes, time the baselines; return them.
+
+        Raises (BackendUnavailable, SandboxError, RuntimeError) when evaluation cannot work at all.
+        """
+        from core.backends import make_backend
+
+        self.compile_dir.mkdir(parents=True, exist_ok=True)
+        self.backend = make_backend(self.config.backend, self.config.device)
+        self.template = self.workload.template(self.config.backend, self.problem, self.backend.device)
+        self.sandbox = SandboxPool(self._spec(), [self.config.device], self.config.timeout_s, self.log_path)
+        self.sandbox.start()
+        try:
+            reply = self.remeasure_baselines()
+        except RuntimeError:
+            self.close()
+            raise
+        self.baseline = reply
+        self.log(f"evaluator ready on {self.backend.device.label()}: baseline {reply['primary']} "
+                 f"{reply['time_us']:.1f} us (sandbox log {self.log_path})")
+        return reply
+
+    def remeasure_baselines(self) -> dict:
+        """Time every baseline again in the sandbox (the record ``start`` returns)."""
+        self._require_started()
+        reply = self.sandbox.call({"op": "baseline", "seed": self._seed()}, timeout_s=max(120.0, 4 * self.config.timeout_s))
+        if reply.get("status") != "ok":
+            raise RuntimeError(f"baseline measurement failed: {reply.get('status')}: {reply.get('cause')}")
+        reply.pop("status", None)
+        return reply
+
+    def close(self) -> None:
+        """Stop the sandbox processes."""
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    def __enter__(self) -> "Evaluator":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _spec(self) -> dict:
+        return {"server": "core.evaluation.protocol:Protocol", "backend": self.config.backend,
+                "workload": self.config.workload, "problem": self.problem,
+                "stability_launches": self.config.stability_launches, "timing_target_s": self.timing_target_s}
+
+    def _seed(self) -> int:
+        return self._rng.getrandbits(62)
+
+    def _require_started(self) -> None:
+        if self.sandbox is None:
+            raise RuntimeError("Evaluator.start() must be called before evaluating")
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def evaluate(self, genomes: list[Genome]) -> list[Evaluation]:
+        """Evaluate ``genomes``; same order, duplicates evaluated once; never raises for a bad kernel."""
+        self._require_started()
+        unique: dict[str, Genome] = {}
+        for g in genomes:
+            unique.setdefault(g.hash, g)
+        done: dict[str, Evaluation] = {}
+        rendered: list[tuple[str, KernelSource]] = []
+        for h, g in unique.items():
+            try:
+                rendered.append((h, self.template.render(g)))
+            except Exception as exc:  # a template bug or an unrenderable genome kills only this one
+                done[h] = Evaluation(h, "compile_error", cause=one_line(f"render failed: {type(exc).__name__}: {exc}"))
+        evaluations = self.evaluate_sources([k for _, k in rendered], [h for h, _ in rendered])
+        done.update(zip([h for h, _ in rendered], evaluations))
+        return [done[g.hash].copy() for g in genomes]
+
+    def evaluate_sources(self, kernels: list[KernelSource], genome_hashes: list[str] | None = None) -> list[Evaluation]:
+        """The path every candidate takes after rendering: static check, compile, sandbox.
+
+        Identical sources (by cache key) are compiled and measured once. ``genome_hashes`` labels
+        the results (defaults to the source hash).
+        """
+        self._require_started()
+        keys = [self.backend.cache_key(k) for k in kernels]
+        first: dict[str, KernelSource] = {}
+        for key, k in zip(keys, kernels):
+            first.setdefault(key, k)
+        results: dict[str, Evaluation] = {}
+        to_compile = {}
+        for key, k in first.items():
+            reason = self.template.resource_violation(k)
+            if reason:
+                results[key] = _record(key, k, "resource_exceeded", reason)
+            else:
+                to_compile[key] = k
+        compiled = self._compile_all(to_compile)
+        for done, (key, (k, artifact, seconds, error)) in enumerate(compiled.items(), 1):
+            if error is not None:
+                results[key] = _record(key, k, "compile_error", first_error_line(error), compile_s=seconds, compile_log=error)
+            else:
+                results[key] = self._measure(key, k, artifact, seconds)
+            self.progress(done, len(compiled))
+        return [results[key].copy(genome_hash=label) for label, key in zip(genome_hashes or keys, keys)]
+
+    def _compile_all(self, kernels: dict[str, KernelSource]) -> dict[str, tuple]:
+        """key -> (kernel, artifact or None, seconds, error log or None), compiled in parallel."""
+        if not kernels:
+            return {}
+        workers = self.config.compile_workers or os.cpu_count() or 1
+        with ThreadPoolExecutor(max_workers=min(workers, len(kernels)), thread_name_prefix="compile") as pool:
+            futures = {key: pool.submit(self._compile_one, k) for key, k in kernels.items()}
+            return {key: (kernels[key], *f.result()) for key, f in futures.items()}
+
+    def _compile_one(self, kernel: KernelSource) -> tuple[Artifact | None, float, str | None]:
+        t0 = time.perf_counter()
+        try:
+            artifact = self.backend.compile(kernel, self.compile_dir)
+            return artifact, time.perf_counter() - t0, None
+        except CompileError as exc:
+            return None, time.perf_counter() - t0, trim_log(str(exc)) or "compile failed (no log)"
+        except Exception as exc:  # the compiler missing, a cache folder gone: still only this kernel
+            return None, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
+
+    def _measure(self, key: str, kernel: KernelSource, artifact: Artifact, compile_s: float) -> Evaluation:
+        t0, restarts = time.perf_counter(), self.sandbox.restarts
+        reply = self.sandbox.call({"op": "evaluate", "artifact": artifact, "seed": self._seed()})
+        if self.sandbox.restarts != restarts:
+            self.log(f"candidate {key[:12]}: {reply.get('status')} ({reply.get('cause', '')}); sandbox restarted")
+        ev = _record(key, kernel, reply.get("status", "crashed"), reply.get("cause", ""),
+                     compile_s=compile_s, compile_log=artifact.log)
+        ev.resources = {**kernel.resources, **artifact.resources}
+        ev.eval_s = time.perf_counter() - t0
+        for name in MEASURES:
+            value = reply.get(name)
+            if value is not None and math.isfinite(value):  # inf error of a NaN output: the cause says it
+                setattr(ev, name, value)
+        return ev
+
+
+def _record(key: str, kernel: KernelSource, status: str, cause: str, compile_s: float = 0.0,
+            compile_log: str = "") -> Evaluation:
+    return Evaluation(genome_hash=key, status=status, cause=one_line(cause), source_hash=key, compile_s=compile_s,
+                      resources=dict(kernel.resources), source=kernel.source, entry=kernel.entry,
+                      flags=list(kernel.flags), launch=dict(kernel.launch), compile_log=compile_log)

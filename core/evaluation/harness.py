@@ -1,0 +1,147 @@
+"""The generic harness: one workload spec, one template, one runtime -> cases, launches and checks.
+
+Written once for every workload and backend (sandbox side only). A :class:`Case` is one set of
+tensors for one shape:
+
+* inputs drawn fresh from the spec's distributions (never zeros) with a seeded generator;
+* every output inside a larger buffer that holds NaN, so an unwritten element reads as NaN and a
+  write just outside the output changes a guard;
+* ``inout`` tensors (updated in place) drawn like inputs and copied into such a buffer;
+* pristine copies of every input, to catch a kernel that writes its inputs;
+* the float64 reference, computed on the same device from the pristine inputs.
+
+The checks are: guards intact, inputs unchanged, then each output against the reference with the
+spec's tolerance for its dtype and shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from core.backends.arrays import CheckResult
+from core.backends.base import Artifact, Runtime
+
+
+@dataclass
+class Case:
+    """One shape's tensors (by name), their guarded buffers, pristine inputs and reference."""
+
+    shape: dict
+    data: dict = field(default_factory=dict)
+    flats: dict = field(default_factory=dict)
+    pristine: dict = field(default_factory=dict)
+    expected: dict = field(default_factory=dict)
+    bound: dict = field(default_factory=dict)  # id(kernel) -> launcher from Template.bind
+
+
+class Harness:
+    """Cases, launches and checks for ``workload`` through ``template`` on ``runtime``."""
+
+    def __init__(self, workload: Any, template: Any, runtime: Runtime, problem: dict):
+        self.workload, self.template, self.runtime, self.problem = workload, template, runtime, problem
+        self.arrays = runtime.arrays
+        self.tensors = workload.tensors(problem)
+        self.written = [t for t in self.tensors if t.written]
+
+    # -- cases -----------------------------------------------------------------------------------
+    def make_case(self, shape: dict, seed: int) -> Case:
+        """Fresh random inputs for ``shape``, poisoned outputs in guard zones, the reference."""
+        a = self.arrays
+        gen = a.generator(seed)
+        case = Case(shape=dict(shape))
+        for t in self.tensors:
+            dims, dtype = t.shape(shape), t.dtype_in(self.problem)
+            if t.read:
+                case.pristine[t.name] = t.init.draw(a, dims, dtype, gen, shape)
+            if t.written:
+                case.flats[t.name], case.data[t.name] = a.poisoned(dims, dtype)
+                if t.read:
+                    a.copy_into(case.data[t.name], case.pristine[t.name])
+            else:
+                case.data[t.name] = a.clone(case.pristine[t.name])
+        refs = {name: a.float64(x) for name, x in case.pristine.items()}
+        case.expected = self.workload.reference(a.xp, refs, self.problem)
+        return case
+
+    def reset_outputs(self, case: Case) -> None:
+        """Poison the outputs again and restore in-place tensors, before a checked launch."""
+        for t in self.written:
+            self.arrays.poison(case.flats[t.name])
+            if t.read:
+                self.arrays.copy_into(case.data[t.name], case.pristine[t.name])
+
+    # -- launches --------------------------------------------------------------------------------
+    def launch(self, kernel: Any, case: Case) -> None:
+        """One launch of ``kernel`` on ``case`` (asynchronous on a GPU)."""
+        fn = case.bound.get(id(kernel))
+        if fn is None:
+            fn = case.bound[id(kernel)] = self.template.bind(kernel, case.data, case.shape)
+        fn()
+
+    # -- checks ----------------------------------------------------------------------------------
+    def check(self, case: Case) -> CheckResult:
+        """Guards, unchanged inputs, then every output within tolerance of the reference."""
+        a = self.arrays
+        a.synchronize()
+        for t in self.written:
+            if not a.guards_intact(case.flats[t.name]):
+                return CheckResult(False, "out_of_bounds_write", detail=f"guard zone around {t.name!r} was written")
+        for t in self.tensors:
+            if not t.written and not a.same_bits(case.data[t.name], case.pristine[t.name]):
+                return CheckResult(False, "input_modified", detail=f"input {t.name!r} changed")
+        worst = CheckResult(True)
+        for t in self.written:
+            atol, rtol = self.workload.tolerance(t.dtype_in(self.problem), case.shape)
+            res = a.compare(case.data[t.name], case.expected[t.name], atol, rtol)
+            if not res.ok:
+                res.detail = f"{t.name}: {res.detail}"
+                return res
+            worst.max_abs_err = max(worst.max_abs_err, res.max_abs_err)
+            worst.rel_err = max(worst.rel_err, res.rel_err)
+        return worst
+
+    def output_bytes(self, case: Case) -> bytes:
+        """Raw bytes of every output, to compare repeated launches bit for bit."""
+        return b"".join(self.arrays.to_bytes(case.data[t.name]) for t in self.written)
+
+    # -- baselines -------------------------------------------------------------------------------
+    def baselines(self) -> dict[str, Callable[[Case], Any]]:
+        """The spec's library paths in this runtime's array library, as ``fn(case)``."""
+        out = {}
+        for b in self.workload.baselines(self.arrays.name):
+            out[b.name] = (lambda fn: lambda case: fn(case.data, self.problem))(b.fn)
+        return out
+
+    def accept_baseline_result(self, case: Case, result: Any) -> None:
+        """Copy what a baseline returned into the case's outputs, outside the timed region."""
+        if result is None:
+            return
+        if isinstance(result, dict):
+            pairs = result.items()
+        else:
+            values = result if isinstance(result, tuple) else (result,)
+            pairs = zip((t.name for t in self.written), values)
+        for name, value in pairs:
+            self.arrays.copy_into(case.data[name], value)
+
+    def baseline_memory_bytes(self, name: str, case: Case) -> int:
+        """Peak extra bytes of one baseline call; outputs it allocates itself are output, not extra."""
+        fn = self.baselines()[name]
+        spec = next(b for b in self.workload.baselines(self.arrays.name) if b.name == name)
+        fn(case)  # warm: lazy initialisation and compilation are not the call's memory
+        self.arrays.synchronize()
+        peak = self.arrays.peak_extra_bytes(lambda: fn(case))
+        if spec.returns_outputs:
+            peak -= sum(self.arrays.nbytes(case.data[t.name]) for t in self.written)
+        return max(0, int(peak))
+
+    # -- memory ----------------------------------------------------------------------------------
+    def extra_memory_bytes(self, kernel: Any, artifact: Artifact, case: Case) -> int:
+        return int(self.template.extra_bytes(kernel, artifact, case.shape))
+
+    def onchip_bytes(self, artifact: Artifact, kernel: Any = None) -> int:
+        """Per-block on-chip use: registers x threads x 4 + shared memory (0 on a CPU), preferring
+        what the loaded kernel reported over the template's estimate."""
+        r = dict(artifact.resources)
+        r.update(getattr(kernel, "resources", None) or {})
+        return int(r.get("registers", 0)) * int(r.get("threads", 0)) * 4 + int(r.get("shared_bytes", 0))

@@ -1,0 +1,77 @@
+"""The evaluation record: what one candidate's evaluation found, and the statuses it can end in."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+STATUSES = ("ok", "compile_error", "resource_exceeded", "wrong_result", "crashed", "timeout", "unstable")
+LETHAL = frozenset(STATUSES) - {"ok"}
+COMPILE_LOG_LINES = 12
+
+
+@dataclass
+class Evaluation:
+    """One candidate's measurements (see docs/CONTRACTS.md, "Evaluation").
+
+    Times are in microseconds: ``time_us`` is the median of the timed launches and
+    ``time_spread_us`` their interquartile range. ``memory_bytes`` = io bytes + ``extra_bytes``
+    (workspaces) + ``onchip_bytes``. ``stability`` is the fraction of repeated launches whose output
+    is bit-identical to the first. Measurements are None when the candidate died before them.
+    """
+
+    genome_hash: str
+    status: str
+    cause: str = ""
+    time_us: float | None = None
+    time_spread_us: float | None = None
+    memory_bytes: int | None = None
+    extra_bytes: int | None = None
+    onchip_bytes: int | None = None
+    stability: float = 0.0
+    max_abs_err: float | None = None
+    rel_err: float | None = None
+    source_hash: str = ""
+    compile_s: float = 0.0
+    eval_s: float = 0.0
+    resources: dict = field(default_factory=dict)
+    source: str | None = None
+    entry: str = ""
+    flags: list = field(default_factory=list)
+    launch: dict = field(default_factory=dict)
+    compile_log: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def lethal(self) -> bool:
+        return self.status in LETHAL
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def copy(self, **changes) -> "Evaluation":
+        """An independent copy (its dicts and lists too) with ``changes`` applied."""
+        return Evaluation(**{**self.__dict__, "resources": dict(self.resources), "flags": list(self.flags),
+                             "launch": dict(self.launch), **changes})
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line, cut to ``limit`` characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def trim_log(log: str) -> str:
+    """The first non-empty lines of a compiler log."""
+    lines = [ln for ln in log.strip().splitlines() if ln.strip()]
+    return "\n".join(lines[:COMPILE_LOG_LINES])
+
+
+def first_error_line(log: str) -> str:
+    """The most telling line of a compiler log: the first one that says "error"."""
+    lines = log.splitlines() or [""]
+    for ln in lines:
+        if "error" in ln.lower():
+            return ln.strip()
+    return lines[0].strip()

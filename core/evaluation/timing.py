@@ -1,0 +1,60 @@
+"""Timing a callable the same way for kernels and baselines: inputs rotated, adaptive repetitions,
+median and interquartile range."""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from core.backends.base import DeviceInfo, Runtime
+
+TIMING_TARGET_S = 0.2  # wall time the timed repetitions of one candidate should take
+MIN_REPS, MAX_REPS = 5, 200
+TIMING_CHUNK = 25  # timed calls between wall-clock checks
+MAX_CASES = {"cpu": 4, "gpu": 256}  # rotating more costs more than it tells (GPU: beyond the L2)
+
+
+def timing_case_count(case_bytes: int, device: DeviceInfo, device_kind: str) -> int:
+    """Cases to rotate so their bytes exceed the device's last-level cache (at least 2)."""
+    cap = MAX_CASES.get(device_kind, 4)
+    if device.memory_bytes:
+        cap = max(2, min(cap, device.memory_bytes // max(1, 4 * case_bytes)))
+    want = math.ceil(device.l2_bytes / max(1, case_bytes)) + 1 if device.l2_bytes else 2
+    return int(min(cap, max(2, want)))
+
+
+def rotation(launch: Callable[[Any], None], cases: list) -> Callable[[int], None]:
+    """``fn(i)`` launching on the cases in turn from the first; its own counter, so the rotation does
+    not depend on how a runtime numbers warm-up and timed calls."""
+    counter = itertools.count()
+    return lambda _i: launch(cases[next(counter) % len(cases)])
+
+
+def adaptive_times(runtime: Runtime, fn: Callable[[int], None], target_s: float, reserve: int = 0) -> list[float]:
+    """Seconds per call of ``fn``: a pilot sets the repetitions to fill about ``target_s``.
+
+    Taken in chunks, so a machine that turns busy mid-run (other processes preempting OpenMP
+    threads) costs at most a few times the target instead of reps x the stalled time.
+    """
+    pilot = runtime.time(fn, reps=3, warmup=1)
+    per_call = max(float(np.median(pilot)), 1e-9)
+    reps = max(1, min(MAX_REPS, max(MIN_REPS, int(target_s / per_call))) - reserve)
+    warmup = min(10, max(1, reps // 10))
+    deadline = time.perf_counter() + 3 * target_s
+    times: list[float] = []
+    while len(times) < reps:
+        times += runtime.time(fn, reps=min(TIMING_CHUNK, reps - len(times)), warmup=warmup)
+        warmup = 0
+        if len(times) >= MIN_REPS and time.perf_counter() > deadline:
+            break
+    return times
+
+
+def median_iqr_us(times: list[float]) -> tuple[float, float]:
+    """(median, interquartile range) in microseconds of times in seconds."""
+    t = np.asarray(times, dtype=np.float64) * 1e6
+    q25, q50, q75 = np.percentile(t, [25, 50, 75])
+    return float(q50), float(q75 - q25)
