@@ -13,7 +13,8 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Sequence
 
-from core.config import FIELDS, ConfigError, RunConfig, parse_weights
+from core.config import FIELDS, LEGACY_WEIGHT_NAMES, ConfigError, RunConfig, parse_weights
+from core.objectives import OBJECTIVES
 
 EXIT_USAGE = 2
 DEFAULT_RUNS_DIR = os.environ.get("ABEBOT_RUNS_DIR", "runs")
@@ -31,13 +32,16 @@ class _Parser(argparse.ArgumentParser):
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
     """One flag per RunConfig field, with the field's own help text."""
     for f in fields(RunConfig):
-        if f.name in ("problem", "weight_time", "weight_memory", "weight_stability"):
+        if f.name in ("problem", "weights"):
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = type(f.default) if f.default is not MISSING else str
         p.add_argument(flag, type=kind, default=None, help=f"{f.metadata['help']} (default {f.default})",
                        choices=f.metadata.get("choices"))
-    p.add_argument("--weights", default=None, help="fitness weights time,memory,stability (default 0.6,0.3,0.1)")
+    example = ",".join(f"{o.name}={o.default_weight}" for o in OBJECTIVES)
+    p.add_argument("--weights", default=None,
+                   help=f"fitness weights as name=value pairs, objectives left out weigh 0 (default {example}; "
+                        f"the positional form {','.join(str(o.default_weight) for o in OBJECTIVES)} also works)")
     p.add_argument("--problem", default=None, help='problem sizes as JSON, e.g. \'{"m": 512, "n": 512, "k": 512}\'')
 
 
@@ -45,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m core", description="AbeBot: evolve kernels with a genetic algorithm.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="start a new run (prints 'run <id>' first)")
+    run.add_argument("--config", default=None, metavar="FILE",
+                     help="a JSON run configuration (as in a run's config.json); flags given beside it override it")
     _add_config_flags(run)
     run.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="folder holding one folder per run")
     run.add_argument("--run-id", default=None, help="id for the new run (default: generated)")
@@ -68,16 +74,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """RunConfig from parsed flags, validated (ConfigError on bad input)."""
-    raw = {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
+    """RunConfig from ``--config FILE`` (if given) overridden by the flags given, validated (ConfigError on bad input)."""
+    raw = _config_file(args.config) if getattr(args, "config", None) else {}
+    raw.update({name: getattr(args, name) for name in FIELDS
+                if name not in ("weights", "problem") and getattr(args, name, None) is not None})
     if args.weights is not None:
-        raw["weight_time"], raw["weight_memory"], raw["weight_stability"] = parse_weights(args.weights)
+        for name in LEGACY_WEIGHT_NAMES:  # an old config file's weights are replaced too
+            raw.pop(f"weight_{name}", None)
+        raw["weights"] = parse_weights(args.weights)
     if args.problem is not None:
         try:
             raw["problem"] = json.loads(args.problem)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"--problem is not valid JSON: {exc.msg}") from None
     return RunConfig.from_dict(raw)
+
+
+def _config_file(path: str) -> dict:
+    """The JSON object in ``path`` (ConfigError, one line, when it is unreadable or not an object)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--config {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--config {path} must hold a JSON object of settings")
+    return raw
 
 
 def existing_run(args: argparse.Namespace) -> Path:
@@ -175,7 +198,7 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from store.export import export_champions
+    from core.export import export_champions
 
     target = existing_run(args)
     out = export_champions(target, Path(args.out), which=args.which, k=args.k)

@@ -6,12 +6,15 @@ validate through :func:`validate`, so a setting means the same thing everywhere.
 from __future__ import annotations
 
 import json
-import re
+import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Mapping
+
+from core.objectives import NAMES, OBJECTIVES, default_weights, objective
 
 SELECTIONS = ("top10", "tournament", "nsga2")
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+# Configurations written before objectives were data carry these as weight_<name> fields.
+LEGACY_WEIGHT_NAMES = ("time", "memory", "stability")
 
 
 class ConfigError(ValueError):
@@ -33,9 +36,9 @@ class RunConfig:
     generations: int = _f(8, "generations to run (0 = until --hours runs out)", min=0, max=1_000_000)
     hours: float = _f(0.0, "wall-clock budget in hours (0 = no limit)", min=0.0, max=10_000.0)
     seed: int = _f(0, "random seed: the same seed on the same machine gives the same genomes", min=0)
-    weight_time: float = _f(0.6, "fitness weight of speed (baseline time / time)", min=0.0)
-    weight_memory: float = _f(0.3, "fitness weight of memory (baseline bytes / bytes)", min=0.0)
-    weight_stability: float = _f(0.1, "fitness weight of stability (clean fraction of repeated launches)", min=0.0)
+    weights: dict = field(default_factory=default_weights, metadata={
+        "help": "fitness weight per objective, e.g. {\"time\": 0.6, \"memory\": 0.3, \"stability\": 0.1}; "
+                "an objective left out weighs 0"})
     mutation_rate: float = _f(0.2, "probability that each gene of a child mutates", min=0.0, max=1.0)
     crossover_rate: float = _f(0.9, "probability that a child is a crossover of two parents", min=0.0, max=1.0)
     elites: int = _f(2, "best individuals carried unchanged into the next generation", min=0)
@@ -47,15 +50,17 @@ class RunConfig:
     compile_workers: int = _f(0, "parallel compiles (0 = one per CPU core)", min=0, max=256)
     problem: dict = field(default_factory=dict, metadata={"help": "problem sizes, e.g. {\"m\": 512} (workload defaults fill the rest)"})
 
-    @property
-    def weights(self) -> tuple[float, float, float]:
-        return (self.weight_time, self.weight_memory, self.weight_stability)
-
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
     @classmethod
     def from_dict(cls, raw: dict) -> "RunConfig":
+        """A validated RunConfig from a JSON-like dict (``config.json``, the dashboard's launch file).
+
+        The weights of configurations written before objectives were data (``weight_time``,
+        ``weight_memory``, ``weight_stability``) are read into :attr:`weights`.
+        """
+        raw = _upgrade_legacy_weights(raw)
         known = {f.name for f in fields(cls)}
         unknown = set(raw) - known
         if unknown:
@@ -69,8 +74,8 @@ FIELDS = {f.name: f for f in fields(RunConfig)}
 def validate(cfg: RunConfig) -> RunConfig:
     """Return ``cfg`` with the workload's problem defaults filled in, or raise ConfigError.
 
-    Checks types and bounds of every field, the workload and backend names, the weights (none
-    negative, not all zero) and the problem sizes (through the workload).
+    Checks types and bounds of every field, the workload and backend names, the weights (through
+    :func:`validate_weights`) and the problem sizes (through the workload).
     """
     from core.backends import BACKENDS
     from core.workloads import get_workload
@@ -80,6 +85,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         if f.name == "problem":
             if not isinstance(value, dict):
                 raise ConfigError("problem must be a JSON object of sizes")
+            continue
+        if f.name == "weights":
+            object.__setattr__(cfg, "weights", validate_weights(value))
             continue
         want = type(f.default)
         if want is float and isinstance(value, int) and not isinstance(value, bool):
@@ -103,8 +111,6 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(str(exc)) from None
     if cfg.backend not in workload.templates:
         raise ConfigError(f"workload {cfg.workload!r} has no {cfg.backend!r} backend (has: {', '.join(workload.templates)})")
-    if sum(cfg.weights) <= 0:
-        raise ConfigError("fitness weights must not all be zero")
     if cfg.generations == 0 and cfg.hours == 0:
         raise ConfigError("give a budget: generations > 0 or hours > 0")
     if cfg.elites >= cfg.population:
@@ -117,17 +123,66 @@ def validate(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
-def parse_weights(text: str) -> tuple[float, float, float]:
-    """``"0.6,0.3,0.1"`` -> (0.6, 0.3, 0.1); ConfigError for anything else."""
-    parts = text.split(",")
-    if len(parts) != 3:
-        raise ConfigError(f"--weights needs three numbers time,memory,stability (got {text!r})")
-    try:
-        values = tuple(float(p) for p in parts)
-    except ValueError:
-        raise ConfigError(f"--weights needs three numbers time,memory,stability (got {text!r})") from None
-    if any(v < 0 or v != v for v in values):
-        raise ConfigError("fitness weights must not be negative")
-    if sum(values) == 0:
+def validate_weights(raw: Any) -> dict[str, float]:
+    """The one check of fitness weights: objective name -> non-negative finite number, not all zero.
+
+    Returns every objective of :data:`~core.objectives.OBJECTIVES` in their order, an objective
+    left out weighing 0; ConfigError (one line) otherwise.
+    """
+    if not isinstance(raw, Mapping) or not raw:
+        raise ConfigError(f"fitness weights must map objectives ({', '.join(NAMES)}) to numbers (got {raw!r})")
+    unknown = [str(name) for name in raw if name not in NAMES]
+    if unknown:
+        raise ConfigError(f"unknown objective {unknown[0]!r} in fitness weights (choose from: {', '.join(NAMES)})")
+    weights = {}
+    for name in NAMES:
+        value = raw.get(name, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ConfigError(f"fitness weight of {name} must be a non-negative finite number (got {value!r})")
+        weights[name] = float(value)
+    if sum(weights.values()) <= 0:
         raise ConfigError("fitness weights must not all be zero")
-    return values  # type: ignore[return-value]
+    return weights
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """``"time=0.6,memory=0.3,stability=0.1"`` or the positional ``"0.6,0.3,0.1"`` -> validated weights.
+
+    Values are checked by :func:`validate_weights`; ConfigError for anything else.
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if all("=" in p for p in parts):
+        pairs = [p.split("=", 1) for p in parts]
+        raw = {name.strip(): _number(value) for name, value in pairs}
+        if len(raw) != len(pairs):
+            raise ConfigError(f"--weights names an objective twice (got {text!r})")
+    elif len(parts) == len(NAMES) and not any("=" in p for p in parts):
+        raw = {name: _number(value) for name, value in zip(NAMES, parts)}
+    else:
+        raise ConfigError(f"--weights takes name=value pairs such as {_example()} or {len(NAMES)} numbers "
+                          f"in the order {','.join(NAMES)} (got {text!r})")
+    return validate_weights(raw)
+
+
+def _number(text: str) -> float | str:
+    """A float when ``text`` is one; else the text, for :func:`validate_weights` to reject."""
+    try:
+        return float(text)
+    except ValueError:
+        return text.strip()
+
+
+def _example() -> str:
+    return ",".join(f"{o.name}={o.default_weight}" for o in OBJECTIVES)
+
+
+def _upgrade_legacy_weights(raw: dict) -> dict:
+    """Turn the old ``weight_<name>`` keys into ``weights`` (an old key left out kept its default)."""
+    legacy = {f"weight_{name}": name for name in LEGACY_WEIGHT_NAMES}
+    if not any(key in raw for key in legacy):
+        return raw
+    if "weights" in raw:
+        raise ConfigError("give weights or the old weight_time/weight_memory/weight_stability, not both")
+    out = {k: v for k, v in raw.items() if k not in legacy}
+    out["weights"] = {name: raw.get(key, objective(name).default_weight) for key, name in legacy.items()}
+    return out

@@ -1,14 +1,8 @@
-"""Fitness: normalised objective terms times the user's weights, and Pareto ranks.
+"""Fitness: the objectives' normalised terms times the user's weights, and Pareto ranks.
 
-The seed adds ``1/time`` and ``1/bytes`` raw, which mixes units so its weights mean nothing. Here
-each term is a ratio against the baseline measured in the same process at the start of the run:
-
-* time term      = baseline time / candidate time       (1.0 = as fast as the library, 2.0 = twice)
-* memory term    = baseline bytes / candidate bytes     (1.0 = same footprint as the library)
-* stability term = fraction of repeated launches bit-identical to the first, in [0, 1]
-
-``fitness = (w_t * time + w_m * memory + w_s * stability) / (w_t + w_m + w_s)``; a lethal
-candidate has fitness 0. Raw objectives are always stored beside the terms.
+What each term is and why it is a ratio against the run's baseline is explained in
+:mod:`core.objectives`. ``fitness = sum(w * term) / sum(w)`` over the objectives the weights name;
+a lethal candidate has fitness 0. The Pareto ranks use the raw measurements of every objective.
 """
 from __future__ import annotations
 
@@ -17,53 +11,46 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from core.objectives import OBJECTIVES, objective
+
 LETHAL_STATUSES = ("compile_error", "resource_exceeded", "wrong_result", "crashed", "timeout", "unstable")
 
 
 @dataclass(frozen=True)
-class Baseline:
-    """The reference point of the normalisation, measured once per run."""
-
-    time_us: float
-    memory_bytes: float
-
-    @classmethod
-    def from_record(cls, record: Mapping) -> "Baseline":
-        return cls(float(record["time_us"]), float(record["memory_bytes"]))
-
-
-@dataclass(frozen=True)
 class Score:
+    """The fitness of one candidate and the term of every weighted objective (None when lethal)."""
+
     fitness: float
-    time_term: float | None
-    memory_term: float | None
-    stability_term: float | None
+    terms: dict[str, float | None]
 
 
-def normalised_weights(weights: Sequence[float]) -> tuple[float, float, float]:
-    """Weights scaled to sum to one; ValueError when negative or all zero."""
-    if len(weights) != 3 or any(w < 0 for w in weights):
-        raise ValueError("fitness weights must be three non-negative numbers")
-    total = float(sum(weights))
-    if total <= 0:
-        raise ValueError("fitness weights must not all be zero")
-    return tuple(w / total for w in weights)  # type: ignore[return-value]
+def normalised_weights(weights: Mapping[str, float]) -> dict[str, float]:
+    """Objective name -> weight, scaled to sum to one (ConfigError for weights that are not valid)."""
+    from core.config import validate_weights
+
+    checked = validate_weights(weights)
+    total = sum(checked.values())
+    return {name: w / total for name, w in checked.items()}
 
 
-def score(measure: Mapping, baseline: Baseline, weights: Sequence[float]) -> Score:
-    """Fitness of one evaluated candidate (``measure`` has status, time_us, memory_bytes, stability)."""
+def score(measure: Mapping, baseline: Mapping, weights: Mapping[str, float]) -> Score:
+    """Fitness of one evaluated candidate.
+
+    ``measure`` is an evaluation (status and every objective's measurement), ``baseline`` the
+    run's baseline record (the measurements of the library baseline), ``weights`` objective name ->
+    weight. Every objective the weights name gets a term, a zero-weighted one too (it is stored).
+    """
     if measure["status"] != "ok":
-        return Score(0.0, None, None, None)
-    wt, wm, ws = normalised_weights(weights)
-    time_term = baseline.time_us / float(measure["time_us"])
-    memory_term = baseline.memory_bytes / float(measure["memory_bytes"])
-    stability_term = float(measure["stability"])
-    return Score(wt * time_term + wm * memory_term + ws * stability_term, time_term, memory_term, stability_term)
+        return Score(0.0, {name: None for name in weights})
+    terms = {name: objective(name).term(measure, baseline) for name in weights}
+    fitness = sum(w * terms[name] for name, w in normalised_weights(weights).items() if name in terms)
+    return Score(fitness, terms)
 
 
 def objectives(measures: Iterable[Mapping]) -> np.ndarray:
-    """Rows of (time_us, memory_bytes, -stability), all to be minimised."""
-    return np.array([[m["time_us"], m["memory_bytes"], -m["stability"]] for m in measures], dtype=float).reshape(-1, 3)
+    """One row per candidate, one column per objective of OBJECTIVES, all to be minimised."""
+    rows = [[o.minimised(m) for o in OBJECTIVES] for m in measures]
+    return np.array(rows, dtype=float).reshape(-1, len(OBJECTIVES))
 
 
 def pareto_ranks(measures: Sequence[Mapping]) -> list[int | None]:

@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from core.config import RunConfig
-from core.fitness import Baseline, crowding_distance, pareto_ranks, score
+from core.fitness import crowding_distance, objectives, pareto_ranks, score
 from core.genome import GeneSpace, Genome
 from core.operators import crossover, distance, make_valid, mutate
 
@@ -42,9 +42,7 @@ class Individual:
     measure: dict = field(default_factory=dict)
     reused: bool = False  # measurements taken from an earlier evaluation of the same genome
     fitness: float = 0.0
-    time_term: float | None = None
-    memory_term: float | None = None
-    stability_term: float | None = None
+    terms: dict[str, float | None] = field(default_factory=dict)  # objective name -> normalised term
     pareto_rank: int | None = None
 
     @property
@@ -62,7 +60,7 @@ class GAContext:
 
     config: RunConfig
     space: GeneSpace
-    baseline: Baseline
+    baseline: Mapping  # the run's baseline record: the library's measurement of every objective
     evaluate: EvaluateFn
     known: dict[str, dict] = field(default_factory=dict)  # genome hash -> measure, over the whole run
 
@@ -157,8 +155,7 @@ def _nsga2_keys(population: list[Individual]) -> dict[int, tuple]:
         else:
             fronts.setdefault(ind.pareto_rank, []).append(ind)
     for rank, front in fronts.items():
-        pts = np.array([[i.measure["time_us"], i.measure["memory_bytes"], -i.measure["stability"]] for i in front])
-        for ind, cd in zip(front, crowding_distance(pts)):
+        for ind, cd in zip(front, crowding_distance(objectives(i.measure for i in front))):
             keys[id(ind)] = (rank, -cd)
     return keys
 
@@ -191,7 +188,7 @@ def _evaluate_and_score(pop: list[Individual], ctx: GAContext) -> list[Individua
             ind.reused = ind.hash not in new
             ind.measure = ctx.known[ind.hash]
         s = score(ind.measure, ctx.baseline, ctx.config.weights)
-        ind.fitness, ind.time_term, ind.memory_term, ind.stability_term = s.fitness, s.time_term, s.memory_term, s.stability_term
+        ind.fitness, ind.terms = s.fitness, s.terms
     _rank(pop)
     return pop
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import pandas as pd
 
+from core.objectives import OBJECTIVES
+
 MAX_POINTS = 1000  # per curve; beyond that, generations are bucketed
 
 
@@ -160,6 +162,22 @@ def fmt_time_us(us: float | None) -> str:
     if us < 1e6:
         return f"{us / 1000:.2f} ms"
     return f"{us / 1e6:.2f} s"
+
+
+def run_weights(cfg: dict) -> dict[str, Any]:
+    """A run configuration's fitness weights, objective name -> weight: its ``weights``, or for a
+    configuration written before objectives were data, its ``weight_<name>`` keys."""
+    weights = cfg.get("weights")
+    if not isinstance(weights, dict):
+        weights = {key.removeprefix("weight_"): value for key, value in cfg.items() if key.startswith("weight_")}
+    order = [o.name for o in OBJECTIVES if o.name in weights]  # config.json sorts its keys
+    return {name: weights[name] for name in order + sorted(set(weights) - set(order))}
+
+
+def fmt_weights(cfg: dict) -> str:
+    """``time 0.6, memory 0.3, stability 0.1`` for a run configuration ("?" when it has none)."""
+    return ", ".join(f"{name} {value:g}" if isinstance(value, (int, float)) else f"{name} {value}"
+                      for name, value in run_weights(cfg).items()) or "?"
 
 
 def pareto_points(inds: pd.DataFrame) -> pd.DataFrame:

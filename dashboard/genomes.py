@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.backends import backend_class
 from core.genome import Genome, diff
 
 
@@ -88,6 +89,14 @@ def _show(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}: {v}" for k, v in value.items())
     return "—" if value is None else str(value)
+
+
+def source_language(backend: str | None) -> str:
+    """The syntax-highlight language of ``backend``'s kernels ("text" for a backend this version lacks)."""
+    try:
+        return backend_class(backend or "").language
+    except (ValueError, ImportError):
+        return "text"
 
 
 def source_diff(a_src: str, b_src: str, a_name: str = "A", b_name: str = "B", context: int = 3) -> str:

@@ -2,13 +2,16 @@
 
 The worker is the same process the CLI starts (``python -m core run ...``), spawned in its own
 process session (it writes ``runs/<id>/worker.log`` itself; its stderr goes to
-``runs/.launch/<id>.log``): closing the browser or restarting the dashboard never stops it. Arguments are built only from a validated
-:class:`~core.config.RunConfig`; nothing is passed through a shell.
+``runs/.launch/<id>.log``): closing the browser or restarting the dashboard never stops it. The
+form is validated once into a :class:`~core.config.RunConfig`, which is handed to the worker as one
+JSON file (``runs/.launch/<id>.json``, read by ``python -m core run --config``) rather than
+re-encoded setting by setting as flags; nothing is passed through a shell.
 """
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -18,18 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from core.config import FIELDS, ConfigError, RunConfig
+from core.objectives import OBJECTIVES
 from dashboard.runs import all_runs, load_json
 from dashboard.settings import REPO_ROOT
 from store.control import read_control, write_control
-from store.runs import new_run_id, run_dir
+from store.runs import atomic_write_json, new_run_id, run_dir
 
-# Fields of the launch form, in order; the others go under "Advanced".
-MAIN_FIELDS = ("population", "generations", "hours", "seed", "weight_time", "weight_memory", "weight_stability",
-               "mutation_rate", "elites", "selection")
+# Fields of the launch form, in order (the weights get one input per objective after "seed"); the
+# others go under "Advanced".
+MAIN_FIELDS = ("population", "generations", "hours", "seed", "mutation_rate", "elites", "selection")
 ADVANCED_FIELDS = ("crossover_rate", "parent_fraction", "tournament_size", "stability_launches", "timeout_s",
                    "compile_workers")
 # Flags the CLI names differently from the field.
-_CLI_SKIP = {"workload", "backend", "weight_time", "weight_memory", "weight_stability", "problem"}
+_CLI_SKIP = {"workload", "backend", "weights", "problem"}
 BUSY_STATUSES = ("running", "paused")
 DOUBLE_CLICK_S = 10.0
 
@@ -69,6 +73,13 @@ def field_spec(name: str) -> dict[str, Any]:
     }
 
 
+def weight_specs() -> list[dict[str, Any]]:
+    """One number input per fitness objective, in the order of OBJECTIVES: objective name, widget
+    key, label, default weight and help. Bounds are checked by RunConfig, not the widget."""
+    return [{"name": o.name, "key": f"launch_weight_{o.name}", "label": f"Weight: {o.label.lower()}",
+             "default": float(o.default_weight), "help": o.help} for o in OBJECTIVES]
+
+
 def parse_problem(text: str) -> dict:
     """The problem-size box: empty means the workload's defaults; else a JSON object."""
     text = (text or "").strip()
@@ -86,8 +97,9 @@ def parse_problem(text: str) -> dict:
 def build_config(values: dict[str, Any]) -> RunConfig:
     """Validate form values into a RunConfig (ConfigError with a one-line reason otherwise).
 
-    Integers arrive from number inputs as ``int`` and floats as ``float``; the problem as JSON text
-    under ``problem_text`` or as a dict under ``problem``.
+    Integers arrive from number inputs as ``int`` and floats as ``float``; the weights as a dict
+    under ``weights`` (objective name -> number); the problem as JSON text under ``problem_text`` or
+    as a dict under ``problem``.
     """
     raw = {k: v for k, v in values.items() if k in FIELDS and k != "problem"}
     raw["problem"] = values["problem"] if isinstance(values.get("problem"), dict) else parse_problem(values.get("problem_text", ""))
@@ -101,7 +113,7 @@ def build_config(values: dict[str, Any]) -> RunConfig:
 def run_args(cfg: RunConfig) -> list[str]:
     """CLI arguments for ``python -m core run`` that reproduce ``cfg`` (without runs dir and id)."""
     args = ["--workload", cfg.workload, "--backend", cfg.backend,
-            "--weights", ",".join(repr(float(w)) for w in cfg.weights)]
+            "--weights", ",".join(f"{name}={float(w)!r}" for name, w in cfg.weights.items())]
     for f in fields(RunConfig):
         if f.name in _CLI_SKIP:
             continue
@@ -114,6 +126,12 @@ def run_args(cfg: RunConfig) -> list[str]:
     return args
 
 
+def terminal_command(cfg: RunConfig, runs: Path) -> str:
+    """The shell command that starts the same run as ``cfg`` from a terminal (for the Launch page)."""
+    python = Path(sys.executable).name
+    return shlex.join([python, "-m", "core", "run", *run_args(cfg), "--runs-dir", str(runs)])
+
+
 def stderr_log(runs: Path, run_id: str) -> Path:
     """Where a spawned worker's stderr goes: ``<runs>/.launch/<run_id>.log``.
 
@@ -122,9 +140,18 @@ def stderr_log(runs: Path, run_id: str) -> Path:
     run folder exists, an interpreter crash -- is kept here, beside the run folder, because
     ``python -m core run`` refuses a run folder that already exists.
     """
+    return _launch_folder(runs, run_id) / f"{run_id}.log"
+
+
+def launch_file(runs: Path, run_id: str) -> Path:
+    """Where the validated configuration of a run started here goes: ``<runs>/.launch/<run_id>.json``."""
+    return _launch_folder(runs, run_id) / f"{run_id}.json"
+
+
+def _launch_folder(runs: Path, run_id: str) -> Path:
     folder = run_dir(runs, run_id).parent / ".launch"
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{run_id}.log"
+    return folder
 
 
 def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
@@ -157,9 +184,16 @@ def busy_reason(runs: Path, backend: str, device: int, last_launch_at: float | N
 
 
 def launch_run(cfg: RunConfig, runs: Path) -> Launched:
-    """Start ``python -m core run`` for ``cfg`` in its own session; return the new run's handle."""
+    """Start ``python -m core run --config <file>`` for the validated ``cfg`` in its own session.
+
+    ``cfg`` is written once, atomically, to :func:`launch_file`; the worker reads it back through
+    the same :meth:`RunConfig.from_dict`. Returns the new run's handle.
+    """
     run_id = new_run_id(cfg.workload, cfg.backend)
-    argv = [sys.executable, "-m", "core", "run", *run_args(cfg), "--runs-dir", str(runs), "--run-id", run_id]
+    config_path = launch_file(runs, run_id)
+    atomic_write_json(config_path, json.loads(cfg.to_json()))
+    argv = [sys.executable, "-m", "core", "run", "--config", str(config_path),
+            "--runs-dir", str(runs), "--run-id", run_id]
     proc = _spawn(argv, stderr_log(runs, run_id))
     item = Launched(run_id, cfg.backend, cfg.device, proc, time.time())
     with _lock:

@@ -11,7 +11,9 @@ import random
 import time
 from pathlib import Path
 
+from core.fitness import score
 from core.genome import Genome
+from core.objectives import default_weights
 from store.runs import new_run_id
 from store.writer import RunWriter
 
@@ -77,8 +79,8 @@ def build_run(runs_dir: Path | str, generations: int = 5, population: int = 8, s
     rng = random.Random(seed)
     run_id = run_id or new_run_id(workload, "c")
     config = {"workload": workload, "backend": "c", "device": 0, "population": population,
-              "generations": generations, "hours": 0.0, "seed": seed, "weight_time": 0.6, "weight_memory": 0.3,
-              "weight_stability": 0.1, "mutation_rate": 0.2, "crossover_rate": 0.9, "elites": 2,
+              "generations": generations, "hours": 0.0, "seed": seed, "weights": default_weights(),
+              "mutation_rate": 0.2, "crossover_rate": 0.9, "elites": 2,
               "parent_fraction": 0.1, "selection": "top10", "tournament_size": 3, "stability_launches": 20,
               "timeout_s": 30.0, "compile_workers": 0, "problem": {"m": 64, "n": 64, "k": 64, "dtype": "float32"}}
     writer = RunWriter.create(runs_dir, run_id, config)
@@ -108,7 +110,9 @@ def build_run(runs_dir: Path | str, generations: int = 5, population: int = 8, s
                 t = base_time * (1.6 - 0.9 * progress) * (0.8 + 0.4 * rng.random())
                 mem = int(base_mem * (1.0 + rng.random() * 0.5))
                 stab = 1.0 if rng.random() < 0.9 else round(rng.random(), 2)
-                fit = 0.0 if lethal_cause else 0.6 * base_time / t + 0.3 * base_mem / mem + 0.1 * stab
+                scored = score({"status": lethal_cause or "ok", "time_us": t, "memory_bytes": mem, "stability": stab},
+                               {"time_us": base_time, "memory_bytes": base_mem}, config["weights"])
+                fit = scored.fitness
                 if lethal_cause:
                     lethal[lethal_cause] = lethal.get(lethal_cause, 0) + 1
                 fits.append(fit)
@@ -117,8 +121,8 @@ def build_run(runs_dir: Path | str, generations: int = 5, population: int = 8, s
                              "cause": f"synthetic {lethal_cause}" if lethal_cause else "", "fitness": fit,
                              "time_us": None if lethal_cause else t, "time_spread_us": None if lethal_cause else t * 0.03,
                              "memory_bytes": None if lethal_cause else mem, "extra_bytes": 0, "onchip_bytes": 0,
-                             "stability": None if lethal_cause else stab, "time_term": base_time / t,
-                             "memory_term": base_mem / mem, "stability_term": stab, "pareto_rank": 0 if idx < 3 else 1 + idx % 4,
+                             "stability": None if lethal_cause else stab,
+                             **{f"{name}_term": term for name, term in scored.terms.items()}, "pareto_rank": 0 if idx < 3 else 1 + idx % 4,
                              "source_hash": src_hash, "compile_s": 0.03, "eval_s": 0.2, "max_abs_err": 1e-6,
                              "rel_err": 1e-7, "resources": {"workspace_bytes": 0}, "reused": False})
                 if src_hash not in known_kernels:

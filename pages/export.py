@@ -5,8 +5,8 @@ import time
 
 import streamlit as st
 
+from core.export import export_champions, export_zip
 from dashboard import ui
-from store.export import export_champions, export_zip
 from store.reader import RunReader
 from store.schema import StoreError
 

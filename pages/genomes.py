@@ -80,7 +80,7 @@ else:
         st.success("Both genomes render to the same source.")
     with st.expander("Full sources side by side"):
         c1, c2 = st.columns(2)
-        lang = "python" if ka.get("backend") == "triton" else ("cuda" if ka.get("backend") == "cuda" else "c")
+        lang = G.source_language(ka.get("backend"))
         c1.code(ka["source"], language=lang, line_numbers=True, height=640)
         c2.code(kb["source"], language=lang, line_numbers=True, height=640)
 

@@ -1,9 +1,11 @@
-"""Launch page: configure a run (form generated from RunConfig's field metadata) and start the worker."""
+"""Launch page: configure a run (form generated from RunConfig's field metadata) and start the worker.
+
+The inputs are not an ``st.form``: a form hands back its values only when submitted, and the
+"Same run from a terminal" command must follow what is typed now.
+"""
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 
 import streamlit as st
 
@@ -50,7 +52,13 @@ def number(container, name: str, label: str | None = None):
                                   help=help_text, key=f"launch_{name}")
 
 
-with st.form("launch_form", border=True):
+def weight(container, spec: dict) -> float:
+    """The number input of one objective's fitness weight."""
+    return container.number_input(spec["label"], value=spec["default"], step=0.05, format="%.3f",
+                                  help=spec["help"] + " (min 0)", key=spec["key"])
+
+
+with st.container(border=True):
     values: dict = {"workload": workload_name, "backend": device["backend"], "device": device["index"]}
     c1, c2, c3, c4 = st.columns(4)
     values["population"] = number(c1, "population")
@@ -58,10 +66,8 @@ with st.form("launch_form", border=True):
     values["hours"] = number(c3, "hours", "Hours (0 = no limit)")
     values["seed"] = number(c4, "seed")
     st.markdown("**Fitness weights** — each term is normalised against the baseline measured at the start of the run")
-    w1, w2, w3 = st.columns(3)
-    values["weight_time"] = number(w1, "weight_time", "Weight: time")
-    values["weight_memory"] = number(w2, "weight_memory", "Weight: memory")
-    values["weight_stability"] = number(w3, "weight_stability", "Weight: stability")
+    specs = L.weight_specs()
+    values["weights"] = {spec["name"]: weight(column, spec) for column, spec in zip(st.columns(len(specs)), specs)}
     g1, g2, g3 = st.columns(3)
     values["mutation_rate"] = number(g1, "mutation_rate")
     values["elites"] = number(g2, "elites")
@@ -75,7 +81,7 @@ with st.form("launch_form", border=True):
         cols = st.columns(3)
         for i, name in enumerate(L.ADVANCED_FIELDS):
             values[name] = number(cols[i % 3], name)
-    submitted = st.form_submit_button("Start run", type="primary")
+    submitted = st.button("Start run", type="primary", key="launch_start")
 
 if submitted:
     try:
@@ -101,8 +107,6 @@ if submitted:
 
 with st.expander("Same run from a terminal"):
     try:
-        preview = L.build_config(values)
-        cmd = [sys.executable.rsplit("/", 1)[-1], "-m", "core", "run", *L.run_args(preview), "--runs-dir", str(runs)]
-        st.code(shlex.join(cmd), language="bash")
+        st.code(L.terminal_command(L.build_config(values), runs), language="bash")
     except ConfigError as exc:
         st.caption(f"(fix the form first: {exc})")

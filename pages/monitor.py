@@ -21,9 +21,8 @@ except StoreError as exc:
     st.stop()
 st.title(f"📈 {run_id}")
 st.caption(f"{cfg.get('workload', '?')} on {cfg.get('backend', '?')}:{cfg.get('device', 0)} · population "
-           f"{cfg.get('population', '?')} · selection {cfg.get('selection', '?')} · weights time/memory/stability "
-           f"{cfg.get('weight_time', '?')}/{cfg.get('weight_memory', '?')}/{cfg.get('weight_stability', '?')} · "
-           f"problem {cfg.get('problem', {})}")
+           f"{cfg.get('population', '?')} · selection {cfg.get('selection', '?')} · weights "
+           f"{data.fmt_weights(cfg)} · problem {cfg.get('problem', {})}")
 def is_live(status: str) -> bool:
     """Refresh while the run is running/paused/starting, or while a worker this dashboard just
     started for it is alive but has not written its first heartbeat yet."""

@@ -19,7 +19,7 @@ import duckdb
 import pandas as pd
 
 from store.runs import CONFIG, HEARTBEAT, LIVE, LOG, effective_status, read_json
-from store.schema import StoreError, columns, empty_frame
+from store.schema import LEGACY_TERMS, StoreError, columns, empty_frame, term_names
 
 _PART = re.compile(r"^(?:gen_(\d{8})|chunk_(\d{8})_(\d{8}))\.parquet$")
 _RETRIES = 5
@@ -73,6 +73,15 @@ class RunReader:
             raise StoreError(f"run {self.path.name}: config.json is missing or not valid JSON")
         return cfg
 
+    @property
+    def terms(self) -> tuple[str, ...]:
+        """The run's objective names (its ``<name>_term`` columns), from config.json.
+
+        A run whose config.json is missing or unreadable is read with the original three.
+        """
+        cfg = read_json(self.path / CONFIG)
+        return term_names(cfg) if isinstance(cfg, dict) else LEGACY_TERMS
+
     def heartbeat(self) -> dict | None:
         hb = read_json(self.path / HEARTBEAT)
         return hb if isinstance(hb, dict) else None
@@ -90,7 +99,7 @@ class RunReader:
     def generations(self, columns: list[str] | None = None) -> pd.DataFrame:
         """One row per committed generation, in order (empty frame before the first commit)."""
         path = self.path / LIVE / "generations.parquet"
-        cols = _select(columns, "generations")
+        cols = _select(columns, "generations", None)
         return self._query("generations", lambda: [path] if path.exists() else [],
                            f"SELECT {cols} FROM read_parquet($files) ORDER BY generation", {}, columns)
 
@@ -100,7 +109,7 @@ class RunReader:
         ``columns`` picks columns (an extension of the contract: the whole history of 5,000
         generations is cheap with a few numeric columns, not with every genome's JSON).
         """
-        cols = _select(columns, "individuals")
+        cols = _select(columns, "individuals", self.terms)
         if generation is None:
             return self._query("individuals", lambda: self._files("individuals"),
                                f"SELECT {cols} FROM read_parquet($files, union_by_name = true)", {}, columns)
@@ -120,7 +129,7 @@ class RunReader:
             "ORDER BY fitness DESC, generation) = 1 "
             "ORDER BY fitness DESC, generation, genome_hash LIMIT $k", {"k": int(k)}, ["generation", "genome_hash"])
         if best.empty:
-            return empty_frame("individuals")
+            return empty_frame("individuals", terms=self.terms)
         rows = []
         for g, hashes in best.groupby("generation", sort=False)["genome_hash"]:
             frame = self.individuals(int(g))
@@ -173,7 +182,7 @@ class RunReader:
         for attempt in range(_RETRIES):
             paths = files()
             if not paths:
-                return empty_frame(dataset, cols)
+                return empty_frame(dataset, cols, self.terms)
             try:
                 with self._mutex:
                     return self._con.sql(sql, params={**params, "files": [str(p) for p in paths]}).df()
@@ -184,10 +193,10 @@ class RunReader:
         raise AssertionError("unreachable")
 
 
-def _select(cols: list[str] | None, dataset: str) -> str:
+def _select(cols: list[str] | None, dataset: str, terms: tuple[str, ...] | None) -> str:
     if not cols:
         return "*"
-    known = set(columns(dataset))
+    known = set(columns(dataset, terms))
     bad = [c for c in cols if c not in known]
     if bad:
         raise ValueError(f"unknown {dataset} columns: {', '.join(bad)}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import threading
@@ -23,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.config import RUN_ID_RE
+# A run id is a folder name: no separators, no dots, so it can never leave the runs folder.
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 CONFIG, DB, LIVE, HEARTBEAT, CONTROL, LOG, LOCK = (
     "config.json", "run.duckdb", "live", "heartbeat.json", "control.json", "worker.log", "worker.lock")

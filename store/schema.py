@@ -3,11 +3,17 @@
 One column list per table drives everything: the DDL, the Arrow schema the writer builds rows
 with, the empty frames the reader returns before anything is committed. Change a column here and
 bump :data:`SCHEMA_VERSION`.
+
+The individuals table has one ``<name>_term`` column per fitness objective of the run, named by the
+keys of the run configuration's ``weights`` (:func:`term_names`); every function here that depends
+on it takes those names as ``terms`` (default: the three objectives every run had before
+objectives were data). The store knows objectives only by these names, never by importing ``core``.
 """
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -28,13 +34,50 @@ def _cols(spec: str) -> list[tuple[str, str]]:
     return [tuple(part.split()) for part in spec.split(",")]  # type: ignore[misc]
 
 
-INDIVIDUALS = _cols(
+# Term columns of runs whose config.json predates ``weights`` (weight_time, weight_memory, ...).
+LEGACY_TERMS = ("time", "memory", "stability")
+_TERM_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # becomes part of a column name in the DDL
+
+# The individuals columns before and after the term columns.
+_INDIVIDUALS_HEAD = _cols(
     "generation BIGINT, genome_hash VARCHAR, genome JSON, parents JSON, origin VARCHAR, status VARCHAR,"
     "cause VARCHAR, fitness DOUBLE, time_us DOUBLE, time_spread_us DOUBLE, memory_bytes BIGINT,"
-    "extra_bytes BIGINT, onchip_bytes BIGINT, stability DOUBLE, time_term DOUBLE, memory_term DOUBLE,"
-    "stability_term DOUBLE, pareto_rank BIGINT, source_hash VARCHAR, compile_s DOUBLE, eval_s DOUBLE,"
+    "extra_bytes BIGINT, onchip_bytes BIGINT, stability DOUBLE"
+)
+_INDIVIDUALS_TAIL = _cols(
+    "pareto_rank BIGINT, source_hash VARCHAR, compile_s DOUBLE, eval_s DOUBLE,"
     "max_abs_err DOUBLE, rel_err DOUBLE, resources JSON, reused BOOLEAN"
 )
+
+
+def term_names(config: Mapping | None) -> tuple[str, ...]:
+    """The objective names of a run's ``<name>_term`` columns, from its configuration dict.
+
+    The keys of ``config["weights"]``; for a configuration written before weights were a dict, the
+    three :data:`LEGACY_TERMS`. StoreError for a name that cannot be a column name. The order is
+    canonical (the original three first, any others by name) because JSON files are written with
+    sorted keys, so a dict's order says nothing.
+    """
+    weights = (config or {}).get("weights")
+    names = tuple(str(n) for n in weights) if isinstance(weights, Mapping) and weights else LEGACY_TERMS
+    names = tuple(sorted(names, key=lambda n: (LEGACY_TERMS.index(n) if n in LEGACY_TERMS else len(LEGACY_TERMS), n)))
+    bad = [n for n in names if not _TERM_NAME.match(n)]
+    if bad:
+        raise StoreError(f"objective name {bad[0]!r} cannot name a column (lowercase letters, digits, _)")
+    return names
+
+
+def term_columns(terms: Sequence[str] | None = None) -> list[str]:
+    """``["time_term", ...]`` for the objective names ``terms`` (default :data:`LEGACY_TERMS`)."""
+    return [f"{name}_term" for name in (LEGACY_TERMS if terms is None else terms)]
+
+
+def individuals_columns(terms: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """(name, type) of the individuals table of a run whose objectives are ``terms``."""
+    return _INDIVIDUALS_HEAD + [(c, "DOUBLE") for c in term_columns(terms)] + _INDIVIDUALS_TAIL
+
+
+INDIVIDUALS = individuals_columns()
 GENERATIONS = _cols(
     "generation BIGINT, best_fitness DOUBLE, mean_fitness DOUBLE, worst_fitness DOUBLE, n_evaluated BIGINT,"
     "n_lethal BIGINT, best_time_us DOUBLE, best_memory_bytes BIGINT, diversity DOUBLE, lethal_causes JSON,"
@@ -46,28 +89,39 @@ KERNELS = _cols(
     "launch JSON, resources JSON, compile_log VARCHAR"
 )
 TABLES = {"individuals": INDIVIDUALS, "generations": GENERATIONS, "kernels": KERNELS}
+_WITH_RUN_ID = ("individuals", "generations")
 
-DDL = f"""
+
+def _spec(table: str, terms: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    return individuals_columns(terms) if table == "individuals" else TABLES[table]
+
+
+def ddl(terms: Sequence[str] | None = None) -> str:
+    """The statements that create a run database whose objectives are ``terms``."""
+    def cols(table: str) -> str:
+        return ", ".join(f"{n} {t}" for n, t in _spec(table, terms))
+
+    return f"""
 CREATE TABLE schema_version (version INTEGER NOT NULL);
 CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, created_at DOUBLE, config JSON, status VARCHAR,
                    message VARCHAR, baseline JSON, updated_at DOUBLE);
-CREATE TABLE generations (run_id VARCHAR NOT NULL, {", ".join(f"{n} {t}" for n, t in GENERATIONS)},
-                          PRIMARY KEY (run_id, generation));
-CREATE TABLE individuals (run_id VARCHAR NOT NULL, {", ".join(f"{n} {t}" for n, t in INDIVIDUALS)});
-CREATE TABLE kernels ({", ".join(f"{n} {t}" for n, t in KERNELS)}, PRIMARY KEY (source_hash));
+CREATE TABLE generations (run_id VARCHAR NOT NULL, {cols("generations")}, PRIMARY KEY (run_id, generation));
+CREATE TABLE individuals (run_id VARCHAR NOT NULL, {cols("individuals")});
+CREATE TABLE kernels ({cols("kernels")}, PRIMARY KEY (source_hash));
 CREATE TABLE ga_state (run_id VARCHAR NOT NULL, generation BIGINT NOT NULL, state JSON,
                        PRIMARY KEY (run_id, generation));
 INSERT INTO schema_version VALUES ({SCHEMA_VERSION});
 """
 
 
-def arrow_schema(table: str) -> pa.Schema:
+def arrow_schema(table: str, terms: Sequence[str] | None = None) -> pa.Schema:
     """The Arrow schema of ``table``'s live Parquet files (no ``run_id``: one run per folder)."""
-    return pa.schema([(name, _T[kind]) for name, kind in TABLES[table]])
+    return pa.schema([(name, _T[kind]) for name, kind in _spec(table, terms)])
 
 
-def columns(table: str) -> list[str]:
-    return [name for name, _ in TABLES[table]]
+def columns(table: str, terms: Sequence[str] | None = None) -> list[str]:
+    """``table``'s column names (those of the live files) for a run whose objectives are ``terms``."""
+    return [name for name, _ in _spec(table, terms)]
 
 
 def json_columns(table: str) -> set[str]:
@@ -75,13 +129,16 @@ def json_columns(table: str) -> set[str]:
 
 
 def select_list(table: str) -> str:
-    """Columns for ``SELECT`` from the database in Arrow-schema order, JSON cast to text."""
-    return ", ".join(f"CAST({n} AS VARCHAR) AS {n}" if k == "JSON" else n for n, k in TABLES[table])
+    """Columns for ``SELECT`` from the database in its column order (the Arrow schema's), JSON cast
+    to text. Whatever term columns the run's table has come along."""
+    exclude = " EXCLUDE (run_id)" if table in _WITH_RUN_ID else ""
+    casts = ", ".join(f"CAST({n} AS VARCHAR) AS {n}" for n in sorted(json_columns(table)))
+    return f"*{exclude}" + (f" REPLACE ({casts})" if casts else "")
 
 
-def empty_frame(table: str, cols: list[str] | None = None) -> pd.DataFrame:
+def empty_frame(table: str, cols: list[str] | None = None, terms: Sequence[str] | None = None) -> pd.DataFrame:
     """A frame with ``table``'s columns and dtypes and no rows."""
-    frame = arrow_schema(table).empty_table().to_pandas()
+    frame = arrow_schema(table, terms).empty_table().to_pandas()
     return frame[cols] if cols else frame
 
 
@@ -104,9 +161,9 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def to_arrow(table: str, rows: list[dict], **fixed: Any) -> pa.Table:
+def to_arrow(table: str, rows: list[dict], terms: Sequence[str] | None = None, **fixed: Any) -> pa.Table:
     """Rows (dicts; missing keys are null, unknown keys ignored) as an Arrow table of ``table``'s schema."""
-    schema = arrow_schema(table)
+    schema = arrow_schema(table, terms)
     jcols = json_columns(table)
     data: dict[str, list] = {}
     for field in schema:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from store.reader import live_parts
 from store.runs import (CONFIG, DB, HEARTBEAT, LIVE, LOCK, STATUSES, atomic_write_bytes, atomic_write_json,
                         fsync_dir, read_json, run_dir, this_process)
-from store.schema import DDL, SCHEMA_VERSION, StoreError, arrow_schema, select_list, to_arrow
+from store.schema import SCHEMA_VERSION, StoreError, arrow_schema, ddl, select_list, term_names, to_arrow
 
 log = logging.getLogger(__name__)
 _OWN_FIELDS = {"run_id", "pid", "host", "pid_start", "status", "message", "generation", "created_at", "updated_at"}
@@ -43,6 +43,7 @@ class RunWriter:
         row = _one(con, "SELECT run_id, status, message, created_at FROM runs")
         self.run_id, self._status, self._message, self._created_at = row
         self._generation = _one(con, "SELECT max(generation) FROM generations")[0]
+        self.terms = _stored_terms(con)  # the run's objectives: its individuals table's <name>_term columns
         self._hb: dict[str, Any] = {}
         self._live_dirty = False
 
@@ -58,6 +59,7 @@ class RunWriter:
             config = json.loads(config.to_json())
         if (path / DB).exists():
             raise StoreError(f"run {run_id} already exists at {path}")
+        terms = term_names(config)
         path.mkdir(parents=True, exist_ok=True)
         lock_fd, _ = _lock(path, run_id)
         try:
@@ -65,7 +67,7 @@ class RunWriter:
             con = duckdb.connect(str(path / DB))
             now = time.time()
             con.execute("BEGIN")
-            con.execute(DDL)
+            con.execute(ddl(terms))
             con.execute("INSERT INTO runs VALUES (?, ?, ?, 'running', '', NULL, ?)",
                         [run_id, now, json.dumps(config, sort_keys=True), now])
             con.execute("COMMIT")
@@ -208,7 +210,7 @@ class RunWriter:
         """
         generation = int(generation)
         now = time.time()
-        ind = to_arrow("individuals", individuals, generation=generation)
+        ind = to_arrow("individuals", individuals, terms=self.terms, generation=generation)
         gen = to_arrow("generations", [summary], generation=generation, finished_at=now)
         try:
             state_text = json.dumps(state)
@@ -283,7 +285,8 @@ class RunWriter:
         singles = [p for p in live_parts(folder) if p.path.name.startswith("gen_")]
         if len(singles) < self.compact_every:
             return
-        merged = pa.concat_tables([pq.read_table(p.path, schema=arrow_schema(dataset)) for p in singles])
+        schema = arrow_schema(dataset, self.terms)
+        merged = pa.concat_tables([pq.read_table(p.path, schema=schema) for p in singles])
         write_parquet(folder / f"chunk_{singles[0].first:08d}_{singles[-1].last:08d}.parquet", merged)
         for p in singles:  # readers ignore gen files a chunk covers, and retry if one vanishes
             p.path.unlink(missing_ok=True)
@@ -337,7 +340,7 @@ class RunWriter:
             group = gens[i:i + self.compact_every]
             table = self._db.sql(
                 f"SELECT {select_list(dataset)} FROM {dataset} WHERE generation BETWEEN {group[0]} AND {group[-1]} "
-                "ORDER BY generation, rowid").to_arrow_table().cast(arrow_schema(dataset))
+                "ORDER BY generation, rowid").to_arrow_table().cast(arrow_schema(dataset, self.terms))
             if chunked and len(group) == self.compact_every:
                 write_parquet(folder / f"chunk_{group[0]:08d}_{group[-1]:08d}.parquet", table)
             else:
@@ -356,6 +359,13 @@ def write_parquet(path: Path, table: pa.Table) -> None:
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf, compression="zstd")
     atomic_write_bytes(path, buf.getvalue().to_pybytes(), durable=True, fsync_folder=False)
+
+
+def _stored_terms(con: duckdb.DuckDBPyConnection) -> tuple[str, ...]:
+    """The objective names of the individuals table's ``<name>_term`` columns, in table order."""
+    rows = con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'individuals' "
+                       "ORDER BY ordinal_position").fetchall()
+    return tuple(name[: -len("_term")] for (name,) in rows if name.endswith("_term"))
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple | None:

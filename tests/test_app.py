@@ -100,6 +100,9 @@ def test_launch_form_is_generated_from_run_config(runs):
             assert any(name.replace("_", " ").lower() in label.lower() or label.lower().startswith("weight")
                        for label in labels), name
     assert at.number_input(key="launch_population").value == 16
+    for spec in L.weight_specs():  # one weight input per objective, from OBJECTIVES
+        assert at.number_input(key=spec["key"]).value == spec["default"]
+    assert [s["name"] for s in L.weight_specs()] == ["time", "memory", "stability"]
     assert "top10" in at.selectbox(key="launch_selection").options
     assert any("CPU" in str(o) for o in at.selectbox(key="launch_device").options)
 
@@ -109,7 +112,7 @@ def test_launch_form_is_generated_from_run_config(runs):
     ({"launch_population": 1}, "population must be >= 2"),
     ({"launch_weight_time": 0.0, "launch_weight_memory": 0.0, "launch_weight_stability": 0.0},
      "fitness weights must not all be zero"),
-    ({"launch_weight_memory": -1.0}, "weight_memory must be >= 0"),
+    ({"launch_weight_memory": -1.0}, "fitness weight of memory must be a non-negative finite number"),
     ({"launch_generations": 0}, "give a budget"),
     ({"launch_elites": 16}, "elites (16) must be fewer than the population (16)"),
     ({"launch_mutation_rate": 1.5}, "mutation_rate must be <= 1.0"),
@@ -172,11 +175,51 @@ def test_second_click_is_refused(runs, monkeypatch):
 
 def test_cli_arguments_reproduce_the_form_config():
     cfg = L.build_config({"workload": "gemm", "backend": "c", "device": 0, "population": 6, "generations": 3,
-                          "hours": 0.5, "seed": 7, "weight_time": 0.5, "weight_memory": 0.25, "weight_stability": 0.25,
+                          "hours": 0.5, "seed": 7, "weights": {"time": 0.5, "memory": 0.25, "stability": 0.25},
                           "mutation_rate": 0.3, "elites": 1, "selection": "tournament", "tournament_size": 4,
                           "problem_text": '{"m": 64, "n": 64, "k": 64}'})
     args = build_parser().parse_args(["run", *L.run_args(cfg)])
     assert config_from_args(args) == cfg
+
+
+def test_the_terminal_command_follows_the_form_before_it_is_submitted(runs):
+    at = app()
+    at.number_input(key="launch_population").set_value(7).run()
+    at.number_input(key="launch_weight_stability").set_value(0.0).run()
+    command = next(c.value for c in at.code if " -m core run " in c.value)
+    assert "--population 7" in command and "stability=0.0" in command
+    assert run_folders(runs) == []
+
+
+def test_dashboard_launch_passes_the_config_file_once(runs, monkeypatch):
+    calls = {}
+
+    class Proc:
+        def poll(self):
+            return None
+
+    monkeypatch.setattr(L.subprocess, "Popen", lambda argv, **kw: calls.update(argv=argv) or Proc())
+    cfg = L.build_config({"workload": "gemm", "backend": "c", "population": 4, "generations": 2, "seed": 5,
+                          "weights": {"time": 1.0, "memory": 0.5, "stability": 0.0},
+                          "problem_text": '{"m": 64, "n": 64, "k": 64}'})
+    item = L.launch_run(cfg, runs)
+    argv = calls["argv"]
+    config_path = runs / ".launch" / f"{item.run_id}.json"
+    assert argv == [sys.executable, "-m", "core", "run", "--config", str(config_path),
+                    "--runs-dir", str(runs), "--run-id", item.run_id]  # no setting re-encoded as a flag
+    assert json.loads(config_path.read_text()) == json.loads(cfg.to_json())
+    assert not list(config_path.parent.glob(".*"))  # written atomically: no temp file left behind
+    args = build_parser().parse_args(argv[3:])
+    assert config_from_args(args) == cfg  # the worker reads back exactly the validated configuration
+
+
+def test_run_weights_are_read_from_new_and_old_configs():
+    from dashboard import data
+
+    new = {"weights": {"time": 0.6, "memory": 0.3, "stability": 0.1}}
+    old = {"weight_time": 0.6, "weight_memory": 0.3, "weight_stability": 0.1, "workload": "gemm"}
+    assert data.run_weights(new) == data.run_weights(old) == new["weights"]
+    assert data.fmt_weights(old) == "time 0.6, memory 0.3, stability 0.1" and data.fmt_weights({}) == "?"
 
 
 def test_launch_spawns_the_cli_in_its_own_session(runs, monkeypatch):

@@ -1,6 +1,7 @@
 """CLI bad input: one clear line on stderr, exit status 2, no traceback, nothing written."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,8 +22,11 @@ BAD_RUNS = [
     (["--backend", "vulkan"], "backend"),
     (["--population", "1"], "population must be >= 2"),
     (["--weights", "0,0,0"], "must not all be zero"),
-    (["--weights", "0.6,-0.3,0.1"], "must not be negative"),
-    (["--weights", "fast"], "three numbers"),
+    (["--weights", "0.6,-0.3,0.1"], "fitness weight of memory must be a non-negative finite number"),
+    (["--weights", "time=1,speed=2"], "unknown objective 'speed'"),
+    (["--weights", "fast"], "name=value pairs"),
+    (["--config", "no-such-config.json"], "--config no-such-config.json"),
+    (["--config", "README.md"], "not valid JSON"),
     (["--problem", "{not json"], "not valid JSON"),
     (["--problem", '{"m": -4}'], "m must be an integer"),
     (["--problem", '{"q": 3}'], "no setting q"),
@@ -79,3 +83,28 @@ def test_workloads_lists_backends_and_availability(tmp_path):
 def test_runs_on_empty_folder(tmp_path):
     r = cli("runs", "--runs-dir", str(tmp_path), runs_dir=tmp_path)
     assert r.returncode == 0 and "no runs" in r.stdout
+
+
+def test_run_config_file_is_read_and_flags_given_beside_it_override_it(tmp_path):
+    from core.cli import build_parser, config_from_args
+
+    path = tmp_path / "launch.json"
+    path.write_text(json.dumps({"workload": "gemm", "backend": "c", "population": 6, "seed": 3, "weight_time": 1.0,
+                                "weight_memory": 0.0, "weight_stability": 0.0, "problem": {"m": 64}}))
+    from_file = config_from_args(build_parser().parse_args(["run", "--config", str(path)]))
+    assert (from_file.population, from_file.seed, from_file.problem["m"]) == (6, 3, 64)
+    assert from_file.weights == {"time": 1.0, "memory": 0.0, "stability": 0.0}
+    both = config_from_args(build_parser().parse_args(["run", "--config", str(path), "--seed", "9",
+                                                       "--weights", "memory=1"]))
+    assert (both.population, both.seed) == (6, 9)
+    assert both.weights == {"time": 0.0, "memory": 1.0, "stability": 0.0}
+
+
+def test_a_config_file_with_a_bad_setting_is_refused_before_anything_is_written(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"workload": "gemm", "backend": "c", "weights": {"time": -1}}))
+    runs = tmp_path / "runs"
+    r = cli("run", "--config", str(path), "--runs-dir", str(runs), runs_dir=runs)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == ["abebot: error: fitness weight of time must be a non-negative finite number (got -1)"]
+    assert not runs.exists()

@@ -6,7 +6,8 @@ import random
 import pytest
 
 from core.config import RunConfig
-from core.fitness import Baseline, crowding_distance, normalised_weights, pareto_ranks, score
+from core.config import ConfigError
+from core.fitness import crowding_distance, normalised_weights, objectives, pareto_ranks, score
 from core.ga import GAContext, initial_population, rng_from_json, rng_state_to_json, step, summarise
 from tests.test_genome import toy_space
 
@@ -33,7 +34,7 @@ class CountingEvaluator:
 def make_ctx(**overrides) -> tuple[GAContext, CountingEvaluator]:
     cfg = RunConfig(**{"population": 12, "generations": 10, "elites": 2, **overrides})
     ev = CountingEvaluator()
-    return GAContext(cfg, toy_space(), Baseline(50.0, 1000.0), ev), ev
+    return GAContext(cfg, toy_space(), {"time_us": 50.0, "memory_bytes": 1000.0}, ev), ev
 
 
 def run_ga(seed: int, gens: int = 8, **overrides):
@@ -86,7 +87,9 @@ def test_every_individual_carries_its_own_score(selection):
     ctx, _ = make_ctx()
     for pop in history:
         for ind in pop:
-            assert ind.fitness == pytest.approx(score(ind.measure, ctx.baseline, ctx.config.weights).fitness)
+            expected = score(ind.measure, ctx.baseline, ctx.config.weights)
+            assert ind.fitness == pytest.approx(expected.fitness) and ind.terms == pytest.approx(expected.terms)
+            assert list(ind.terms) == ["time", "memory", "stability"]
 
 
 def test_population_size_and_elites_kept():
@@ -104,26 +107,45 @@ def test_rng_state_round_trips_through_json():
     assert [rng.random() for _ in range(5)] == [clone.random() for _ in range(5)]
 
 
+SEED_WEIGHTS = {"time": 0.6, "memory": 0.3, "stability": 0.1}
+BASE = {"time_us": 100.0, "memory_bytes": 1000.0}
+
+
+def ok(time_us: float, memory_bytes: float, stability: float = 1.0) -> dict:
+    return {"status": "ok", "time_us": time_us, "memory_bytes": memory_bytes, "stability": stability}
+
+
 def test_fitness_terms_are_ratios_against_the_baseline():
-    base = Baseline(time_us=100.0, memory_bytes=1000.0)
-    as_fast = score({"status": "ok", "time_us": 100.0, "memory_bytes": 1000.0, "stability": 1.0}, base, (0.6, 0.3, 0.1))
-    assert as_fast.fitness == pytest.approx(1.0)
-    twice = score({"status": "ok", "time_us": 50.0, "memory_bytes": 1000.0, "stability": 1.0}, base, (0.6, 0.3, 0.1))
-    assert twice.time_term == pytest.approx(2.0) and twice.fitness == pytest.approx(0.6 * 2 + 0.3 + 0.1)
-    only_memory = score({"status": "ok", "time_us": 50.0, "memory_bytes": 2000.0, "stability": 0.5}, base, (0, 1, 0))
-    assert only_memory.fitness == pytest.approx(0.5)
+    assert score(ok(100.0, 1000.0), BASE, SEED_WEIGHTS).fitness == pytest.approx(1.0)
+    twice = score(ok(50.0, 1000.0), BASE, SEED_WEIGHTS)
+    assert twice.terms == pytest.approx({"time": 2.0, "memory": 1.0, "stability": 1.0})
+    assert twice.fitness == pytest.approx(0.6 * 2 + 0.3 + 0.1)
+    assert score(ok(50.0, 2000.0, 0.5), BASE, {"memory": 1}).fitness == pytest.approx(0.5)
     # weights are normalised: scaling them all changes nothing
-    scaled = score({"status": "ok", "time_us": 50.0, "memory_bytes": 2000.0, "stability": 0.5}, base, (6, 3, 1))
-    assert scaled.fitness == pytest.approx(score({"status": "ok", "time_us": 50.0, "memory_bytes": 2000.0, "stability": 0.5}, base, (0.6, 0.3, 0.1)).fitness)
-    assert score({"status": "timeout"}, base, (0.6, 0.3, 0.1)).fitness == 0.0
+    scaled = score(ok(50.0, 2000.0, 0.5), BASE, {"time": 6, "memory": 3, "stability": 1})
+    assert scaled.fitness == pytest.approx(score(ok(50.0, 2000.0, 0.5), BASE, SEED_WEIGHTS).fitness)
+    lethal = score({"status": "timeout"}, BASE, SEED_WEIGHTS)
+    assert lethal.fitness == 0.0 and lethal.terms == {"time": None, "memory": None, "stability": None}
 
 
-def test_weights_validation():
-    assert normalised_weights((2, 1, 1)) == (0.5, 0.25, 0.25)
-    with pytest.raises(ValueError):
-        normalised_weights((0, 0, 0))
-    with pytest.raises(ValueError):
-        normalised_weights((1, -1, 1))
+def test_an_objective_with_zero_weight_does_not_change_fitness():
+    weights = {"time": 0.6, "memory": 0.4, "stability": 0.0}
+    steady, flaky = score(ok(50.0, 2000.0, 1.0), BASE, weights), score(ok(50.0, 2000.0, 0.25), BASE, weights)
+    assert steady.fitness == pytest.approx(flaky.fitness) == pytest.approx(0.6 * 2.0 + 0.4 * 0.5)
+    assert (steady.terms["stability"], flaky.terms["stability"]) == (1.0, 0.25)  # still measured and stored
+
+
+def test_weights_are_normalised_and_checked_by_the_config_validator():
+    assert normalised_weights({"time": 2, "memory": 1, "stability": 1}) == {"time": 0.5, "memory": 0.25, "stability": 0.25}
+    assert normalised_weights({"time": 3}) == {"time": 1.0, "memory": 0.0, "stability": 0.0}
+    for bad in ({"time": 0, "memory": 0, "stability": 0}, {"time": 1, "memory": -1}, {"speed": 1}):
+        with pytest.raises(ConfigError):
+            normalised_weights(bad)
+
+
+def test_the_pareto_matrix_has_one_minimised_column_per_objective():
+    assert objectives([ok(2.0, 10.0, 0.5)]).tolist() == [[2.0, 10.0, -0.5]]
+    assert objectives([]).shape == (0, 3)
 
 
 def test_pareto_ranks_and_crowding():

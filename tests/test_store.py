@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,10 +19,10 @@ from typing import Callable
 
 import pytest
 
-from core.config import RUN_ID_RE
+from core.export import export_champions, export_zip
 from store import (RunReader, RunWriter, StoreError, list_runs, new_run_id, read_control, run_dir,
                    write_control)
-from store.export import export_champions, export_zip
+from store.runs import RUN_ID_RE
 from store.schema import columns
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -386,21 +387,23 @@ def test_dead_when_worker_gone_or_silent(store_impl, writer):
 
 
 # -- export --------------------------------------------------------------------------------------
-class _FakeTemplate:
-    def standalone_script(self, kernel):
-        return f"# standalone for {kernel.entry} on {kernel.backend}\n"
+def _fake_standalone(monkeypatch, fail: bool = False) -> None:
+    """Stand in for core.evaluation.standalone, so export is tested apart from the script's contents."""
+    import types
 
+    def write_standalone(folder, kernel, workload, problem):
+        assert workload == "gemm" and problem == {"m": 32}
+        if fail:
+            raise RuntimeError("no script for this one")
+        (folder / "run_kernel.py").write_text(f"# standalone for {kernel.entry} on {kernel.backend}\n")
 
-class _FakeWorkload:
-    def template(self, backend, problem, device):
-        assert device.name == "test cpu" and problem == {"m": 32}
-        return _FakeTemplate()
+    fake = types.ModuleType("core.evaluation.standalone")
+    fake.write_standalone = write_standalone
+    monkeypatch.setitem(sys.modules, "core.evaluation.standalone", fake)
 
 
 def test_export_champion_and_top(writer, tmp_path, monkeypatch):
-    import core.workloads
-
-    monkeypatch.setattr(core.workloads, "get_workload", lambda name: _FakeWorkload())
+    _fake_standalone(monkeypatch)
     writer.set_baseline(BASELINE)
     for g in range(3):
         commit(writer, g)
@@ -437,6 +440,76 @@ def test_export_finished_run_without_live(writer, tmp_path):
     [folder] = [p for p in out.iterdir() if p.is_dir()]
     assert (folder / "kernel.c").exists() and (folder / "report.json").exists()
     assert not (path / "live").exists()  # export never writes into the run
+
+
+def test_export_records_why_run_kernel_is_missing(writer, tmp_path, monkeypatch):
+    _fake_standalone(monkeypatch, fail=True)
+    commit(writer, 0)
+    out = export_champions(writer.path, tmp_path / "out")
+    [folder] = [p for p in out.iterdir() if p.is_dir()]
+    assert (folder / "kernel.c").exists() and not (folder / "run_kernel.py").exists()
+    [entry] = json.loads((out / "index.json").read_text())["kernels"]
+    assert entry["standalone_error"] == "RuntimeError: no script for this one"
+    assert json.loads((folder / "report.json").read_text())["standalone_error"] == entry["standalone_error"]
+
+
+# -- objectives: the term columns come from the run's configuration --------------------------------
+def test_term_columns_come_from_the_weights_of_the_runs_config(store_impl, runs):
+    config = {**CONFIG, "weights": {"time": 1.0, "energy": 0.5}}
+    w = store_impl.create(runs, new_run_id("gemm", "c"), config)
+    try:
+        r = store_impl.reader(w.path)
+        assert w.terms == ("time", "energy") and r.terms == ("time", "energy")
+        assert [c for c in r.individuals(0).columns if c.endswith("_term")] == ["time_term", "energy_term"]
+        rows = [{k: v for k, v in row.items() if k not in ("memory_term", "stability_term")} | {"energy_term": 0.5}
+                for row in individuals(0)]
+        w.commit_generation(0, rows, kernels(), summary(0), {"population": []})
+    finally:
+        w.close()
+    w = store_impl.open(w.path)  # reopened: the terms are read back from the database
+    try:
+        assert w.terms == ("time", "energy")
+        assert w.evaluations()["g0i1"]["energy_term"] == 0.5
+    finally:
+        w.close()
+    frame = r.individuals(0, columns=["genome_hash", "energy_term"])
+    assert list(frame["energy_term"]) == [0.5] * 4
+    assert "memory_term" not in r.individuals().columns and "energy_term" in r.top(1).columns
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "h200_runs").iterdir()), ids=lambda p: p.name)
+def test_an_existing_run_with_the_old_term_columns_still_opens_and_reads(store_impl, tmp_path, path):
+    copy = tmp_path / path.name
+    shutil.copytree(path, copy)
+    r = store_impl.reader(copy)
+    assert "weight_time" in r.config() and r.terms == ("time", "memory", "stability")
+    inds = r.individuals()
+    assert {"time_term", "memory_term", "stability_term"} <= set(inds.columns) and len(inds)
+    assert r.champion()["time_term"] > 0
+    w = store_impl.open(copy)
+    try:
+        assert w.terms == ("time", "memory", "stability") and w.evaluations()
+    finally:
+        w.close()
+
+
+def test_store_imports_nothing_from_core():
+    """store/ is the bottom layer: core and the dashboard use it, never the other way round."""
+    import ast
+
+    for path in sorted((ROOT / "store").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if not node.level else []
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+                  in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)):
+                names = [str(node.args[0].value)]
+            else:
+                continue
+            bad = [n for n in names if n == "core" or n.startswith("core.")]
+            assert not bad, f"{path.relative_to(ROOT)}:{node.lineno} imports {bad[0]}"
 
 
 # -- scale (opt-in: ABEBOT_STORE_PERF=1; builds 5,000 x 64 through the real writer) ------------

@@ -1,8 +1,9 @@
 """Export champion kernels: one self-contained folder per kernel, or a zip of them all.
 
-Each folder holds the kernel source (``kernel.c``/``kernel.cu``/``kernel.py``), ``launch.json``,
-``genome.json``, ``report.json`` (measurements, baseline, device, versions, verification) and
-``run_kernel.py`` (the workload template's standalone script: recompile, re-verify, time).
+Each folder holds the kernel source (``kernel`` plus the backend's ``source_suffix``: ``kernel.c``,
+``kernel.cu``, ``kernel.py``), ``launch.json``, ``genome.json``, ``report.json`` (measurements,
+baseline, device, versions, verification) and ``run_kernel.py`` (a standalone script that
+recompiles, re-verifies and re-times the kernel, from :mod:`core.evaluation.standalone`).
 
 A running run is exported from its ``live/`` Parquet, like the dashboard reads it; a finished run
 whose ``live/`` is gone is read from ``run.duckdb`` opened read-only for the moment of the copy.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import platform
 import shutil
 import tempfile
@@ -18,19 +20,19 @@ import time
 import zipfile
 from pathlib import Path
 
-import logging
-
 import pandas as pd
 
+from core.backends import backend_class
+from core.backends.base import KernelSource
+from core.objectives import OBJECTIVES
 from store.reader import RunReader
 from store.runs import CONFIG, DB, LIVE, atomic_write_json
 from store.schema import StoreError, select_list
 
 log = logging.getLogger(__name__)
-SOURCE_NAMES = {"c": "kernel.c", "cuda": "kernel.cu", "triton": "kernel.py"}
 WHICH = ("champion", "top", "pareto")
 _MEASURES = ("fitness", "time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes", "stability",
-             "time_term", "memory_term", "stability_term", "pareto_rank", "compile_s", "eval_s")
+             *(o.column for o in OBJECTIVES), "pareto_rank", "compile_s", "eval_s")
 
 
 def export_champions(run_dir: Path | str, out_dir: Path | str, which: str = "champion", k: int = 5) -> Path:
@@ -104,15 +106,13 @@ def _choose(reader: RunReader, which: str, k: int) -> list[dict]:
 def _export_one(folder: Path, row: dict, kernel: dict | None, cfg: dict, baseline: dict, run_id: str,
                 which: str, rank: int) -> str | None:
     """Write one kernel's folder; returns why run_kernel.py is missing, if it is."""
-    from core.backends.base import DeviceInfo, KernelSource
-
     folder.mkdir()
     if kernel is None:
         raise StoreError(f"run {run_id}: kernel {row.get('source_hash')} of {row['genome_hash']} is not stored")
-    backend = kernel.get("backend") or cfg.get("backend", "c")
+    backend = kernel.get("backend") or cfg.get("backend") or ""
     flags, launch, resources = (_loads(kernel.get(key), default) for key, default in
                                 (("flags", []), ("launch", {}), ("resources", {})))
-    (folder / SOURCE_NAMES.get(backend, "kernel.txt")).write_text(kernel["source"])
+    (folder / _source_name(backend)).write_text(kernel["source"])
     _dump(folder / "launch.json", {"backend": backend, "entry": kernel.get("entry"), "flags": flags,
                                    "launch": launch, "resources": resources})
     _dump(folder / "genome.json", _loads(row.get("genome"), {}))
@@ -132,17 +132,22 @@ def _export_one(folder: Path, row: dict, kernel: dict | None, cfg: dict, baselin
         "config": cfg,
     }
     try:
-        from core.workloads import get_workload
+        from core.evaluation.standalone import write_standalone
 
-        device = DeviceInfo.from_dict(device_raw, backend)
-        template = get_workload(cfg["workload"]).template(cfg["backend"], cfg.get("problem", {}), device)
-        script = template.standalone_script(KernelSource.from_row(kernel, backend))
-        (folder / "run_kernel.py").write_text(script)
+        write_standalone(folder, KernelSource.from_row(kernel, backend), cfg["workload"], cfg.get("problem") or {})
     except Exception as exc:  # the export stays useful without the script; say why it is missing
         report["standalone_error"] = f"{type(exc).__name__}: {exc}"
         log.warning("run %s: no run_kernel.py for %s: %s", run_id, row["genome_hash"], report["standalone_error"])
     _dump(folder / "report.json", report)
     return report.get("standalone_error")
+
+
+def _source_name(backend: str) -> str:
+    """``kernel`` plus the backend's source suffix; ``kernel.txt`` for a backend this version lacks."""
+    try:
+        return "kernel" + backend_class(backend).source_suffix
+    except (ValueError, ImportError, AttributeError):
+        return "kernel.txt"
 
 
 def _ratios(row: dict, baseline: dict) -> dict:

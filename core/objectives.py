@@ -1,0 +1,87 @@
+"""The fitness objectives, as data: what each one measures and how it is normalised.
+
+The seed adds ``1/time`` and ``1/bytes`` raw, which mixes units so its weights mean nothing. Here
+each objective's *term* is a ratio against the baseline measured in the same process at the start
+of the run, so that larger is always better and 1.0 means "as good as the library":
+
+* time      = baseline time / candidate time     (1.0 = as fast as the library, 2.0 = twice as fast)
+* memory    = baseline bytes / candidate bytes   (1.0 = same footprint as the library)
+* stability = fraction of repeated launches bit-identical to the first, in [0, 1]
+
+``fitness = sum(w_o * term_o) / sum(w_o)`` over the objectives of the run's weights (see
+:mod:`core.fitness`); a lethal candidate has fitness 0. Raw measurements are always stored beside
+the terms, and the Pareto ranking uses the raw measurements, each turned into "smaller is better"
+by its :attr:`Objective.direction`.
+
+Adding an objective means adding one entry to :data:`OBJECTIVES`: the CLI, the launch form, the
+stored ``<name>_term`` columns and the Pareto matrix all iterate over it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+DIRECTIONS = ("minimize", "maximize")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One fitness objective.
+
+    ``measure`` is the key of the raw measurement in an evaluation (and in the baseline record for
+    ratio objectives); ``direction`` says whether smaller (``minimize``) or larger (``maximize``)
+    raw values are better.
+    """
+
+    name: str
+    label: str
+    measure: str
+    direction: str
+    default_weight: float
+    help: str
+
+    def term(self, measure: Mapping, baseline: Mapping) -> float:
+        """The normalised term of one candidate: larger is better, 1.0 = the baseline's value.
+
+        A ``minimize`` objective is ``baseline / value``; a ``maximize`` one is taken as it is
+        (it is already a fraction in [0, 1], such as stability).
+        """
+        value = float(measure[self.measure])
+        if self.direction == "minimize":
+            return float(baseline[self.measure]) / value
+        return value
+
+    def minimised(self, measure: Mapping) -> float:
+        """The raw measurement turned into "smaller is better" (for Pareto ranking)."""
+        value = float(measure[self.measure])
+        return value if self.direction == "minimize" else -value
+
+    @property
+    def column(self) -> str:
+        """The individuals column that stores this objective's term."""
+        return f"{self.name}_term"
+
+
+OBJECTIVES: tuple[Objective, ...] = (
+    Objective("time", "Time", "time_us", "minimize", 0.6,
+              "fitness weight of speed (baseline time / time)"),
+    Objective("memory", "Memory", "memory_bytes", "minimize", 0.3,
+              "fitness weight of memory (baseline bytes / bytes)"),
+    Objective("stability", "Stability", "stability", "maximize", 0.1,
+              "fitness weight of stability (clean fraction of repeated launches)"),
+)
+NAMES: tuple[str, ...] = tuple(o.name for o in OBJECTIVES)
+_BY_NAME = {o.name: o for o in OBJECTIVES}
+
+
+def objective(name: str) -> Objective:
+    """The objective called ``name``; KeyError naming the known ones otherwise."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown objective {name!r} (choose from: {', '.join(NAMES)})") from None
+
+
+def default_weights() -> dict[str, float]:
+    """Objective name -> its default weight (the seed's 0.6 / 0.3 / 0.1)."""
+    return {o.name: o.default_weight for o in OBJECTIVES}
