@@ -1,22 +1,31 @@
 """The evaluator end to end on the C backend: a good kernel, then planted faults.
 
-Every fault goes through the same path the GA uses (static check -> compile -> sandbox), and the
-run must survive it: after each one a good kernel still evaluates ``ok``.
+Every fault goes through the same path the GA uses (render -> static check -> compile -> sandbox
+running :class:`~core.evaluation.protocol.Protocol`), and the run must survive it: after each one a
+good kernel still evaluates ``ok``. Planted kernels are hand-written C with the template's own
+signature: they reuse a rendered :class:`KernelSource` through ``dataclasses.replace(kernel,
+source=...)``, so the entry point and the ctypes argument types (``launch["argtypes"]``) come along.
+
+The watchdog (:class:`~core.evaluation.sandbox.Sandbox`) and the timing rotation are tested on
+their own, without a compiler.
 """
 from __future__ import annotations
 
 import dataclasses
 import random
+
 import pytest
 
 from core.backends import availability
-from core.backends.base import KernelSource
+from core.backends.base import DeviceInfo, KernelSource
 from core.config import RunConfig
-from core.evaluate import Evaluation, Evaluator, timing_case_count
-from core.sandbox import Sandbox
+from core.evaluation.evaluator import Evaluator
+from core.evaluation.record import STATUSES, Evaluation
+from core.evaluation.sandbox import Sandbox
+from core.evaluation.timing import timing_case_count
 
 C_UNAVAILABLE = availability("c")
-pytestmark = pytest.mark.skipif(C_UNAVAILABLE is not None, reason=f"C backend: {C_UNAVAILABLE}")
+needs_c = pytest.mark.skipif(C_UNAVAILABLE is not None, reason=f"C backend: {C_UNAVAILABLE}")
 
 GOOD = r"""
 void abebot_gemm(const float *A, const float *B, float *C, int M, int N, int K) {
@@ -43,11 +52,15 @@ FAULTS = {  # name -> (C statement appended to a correct gemm, expected status, 
 # Flips the lowest mantissa bit of one output on every other launch: within tolerance, not bit-stable.
 NONDETERMINISTIC = "static unsigned calls; if (calls++ % 2) { union { float f; unsigned u; } v; v.f = C[0]; v.u ^= 1u; C[0] = v.f; }"
 
+SIZE = {"m": 64, "n": 64, "k": 64}
+
 
 @pytest.fixture(scope="module")
 def evaluator(tmp_path_factory):
+    if C_UNAVAILABLE is not None:
+        pytest.skip(f"C backend: {C_UNAVAILABLE}")
     root = tmp_path_factory.mktemp("eval")
-    config = RunConfig.from_dict({"workload": "gemm", "backend": "c", "problem": {"m": 64, "n": 64, "k": 64},
+    config = RunConfig.from_dict({"workload": "gemm", "backend": "c", "problem": dict(SIZE),
                                   "timeout_s": 3.0, "stability_launches": 8, "seed": 1})
     lines: list[str] = []
     ev = Evaluator(config, root / ".cache", log=lines.append, log_path=root / "sandbox.log", timing_target_s=0.05)
@@ -64,8 +77,10 @@ def _genome(ev: Evaluator):
 
 
 def _planted(ev: Evaluator, statement: str) -> KernelSource:
-    """A real rendered kernel whose source is replaced by a hand-written one of the same signature."""
-    return dataclasses.replace(ev.template.render(_genome(ev)), source=GOOD % statement)
+    """A real rendered kernel (entry, flags, ``launch["argtypes"]``) whose source is hand-written."""
+    kernel = dataclasses.replace(ev.template.render(_genome(ev)), source=GOOD % statement)
+    assert kernel.launch["argtypes"], "the C template names its entry point's ctypes signature"
+    return kernel
 
 
 def _assert_good(ev: Evaluator) -> Evaluation:
@@ -74,17 +89,19 @@ def _assert_good(ev: Evaluator) -> Evaluation:
     return res
 
 
-def test_baseline(evaluator):
+@needs_c
+def test_baselines_are_timed_and_verified_on_the_main_shape(evaluator):
     b = evaluator.baseline
     assert b["primary"] in b["baselines"] and b["time_us"] > 0
-    assert b["shape"] == {"m": 64, "n": 64, "k": 64}
+    assert b["shape"] == SIZE
     assert b["io_bytes"] == 4 * 3 * 64 * 64 and b["memory_bytes"] >= b["io_bytes"]
     assert b["flops"] == 2 * 64 ** 3 and b["roofline_us"] is None  # no bandwidth known on the CPU
     assert b["device"]["backend"] == "c"
     assert all(entry["verified"] for entry in b["baselines"].values())
 
 
-def test_good_genome(evaluator):
+@needs_c
+def test_a_good_genome_evaluates_ok_with_every_measurement(evaluator):
     [res] = evaluator.evaluate([_genome(evaluator)])
     assert res.status == "ok", res.cause
     assert res.genome_hash == _genome(evaluator).hash
@@ -93,26 +110,33 @@ def test_good_genome(evaluator):
     assert res.stability == 1.0
     assert res.max_abs_err < 1e-2 and res.source and res.entry == "abebot_gemm"
     assert res.compile_s >= 0 and res.eval_s > 0
+    assert res.launch["argtypes"] and res.resources.get("threads", 0) >= 1
 
 
+@needs_c
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_planted_fault(evaluator, fault):
+def test_a_planted_fault_is_caught_and_the_run_survives(evaluator, fault):
     statement, status, cause = FAULTS[fault]
     [res] = evaluator.evaluate_sources([_planted(evaluator, statement)])
     assert res.status == status, (res.status, res.cause)
+    assert res.status in STATUSES and res.lethal
     assert cause.lower() in (res.cause + res.compile_log).lower()
     assert "\n" not in res.cause
+    if fault == "compile_error":  # the compiler's log is kept, the cause is its telling line
+        assert "not C" in res.compile_log or "error" in res.compile_log
     if fault == "segfault":  # faulthandler's report lands in the sandbox log, not on the terminal
         assert "Segmentation fault" in evaluator.log_path.read_text()
     _assert_good(evaluator)  # the run survives
 
 
-def test_nondeterministic_kernel_is_not_fully_stable(evaluator):
+@needs_c
+def test_a_nondeterministic_kernel_is_not_fully_stable(evaluator):
     [res] = evaluator.evaluate_sources([_planted(evaluator, NONDETERMINISTIC)])
     assert res.status in ("ok", "unstable"), res.cause
     assert res.stability < 1.0
 
 
+@needs_c
 def test_resource_exceeded_is_rejected_before_compiling(evaluator, monkeypatch):
     device = dataclasses.replace(evaluator.backend.device, shared_mem_per_block=1024)
     template = evaluator.workload.template("c", evaluator.problem, device)
@@ -125,6 +149,7 @@ def test_resource_exceeded_is_rejected_before_compiling(evaluator, monkeypatch):
     assert res.status == "resource_exceeded" and "4096" in res.cause and not compiles
 
 
+@needs_c
 def test_duplicates_and_identical_sources_are_evaluated_once(evaluator, monkeypatch):
     calls = []
     real = evaluator.backend.compile
@@ -138,7 +163,8 @@ def test_duplicates_and_identical_sources_are_evaluated_once(evaluator, monkeypa
     assert (a.genome_hash, b.genome_hash) == ("x", "y") and a.time_us == b.time_us and len(calls) == 2
 
 
-def test_render_failure_is_a_compile_error(evaluator, monkeypatch):
+@needs_c
+def test_a_render_failure_is_a_compile_error(evaluator, monkeypatch):
     def broken(genome):
         raise ValueError("template cannot render this")
 
@@ -147,19 +173,22 @@ def test_render_failure_is_a_compile_error(evaluator, monkeypatch):
     assert res.status == "compile_error" and "cannot render" in res.cause
 
 
+@needs_c
 def test_sandbox_output_goes_to_its_log(evaluator):
     assert "[sandbox" in evaluator.log_path.read_text()
     assert any("sandbox restarted" in line for line in evaluator.lines) or not evaluator.sandbox.restarts
 
 
-def test_timing_case_count():
-    from core.backends.base import DeviceInfo
-
+def test_timing_rotates_enough_cases_to_leave_the_last_level_cache():
     cpu = DeviceInfo("c", 0, "cpu", 1 << 34, 2, l2_bytes=32 << 20)
-    assert 2 <= timing_case_count(1 << 20, cpu) <= 4
+    assert 2 <= timing_case_count(1 << 20, cpu, "cpu") <= 4
     gpu = DeviceInfo("cuda", 0, "gpu", 1 << 37, 132, l2_bytes=50 << 20)
-    assert timing_case_count(1 << 20, gpu) * (1 << 20) > 50 << 20
-    assert timing_case_count(1 << 30, gpu) == 2
+    assert timing_case_count(1 << 20, gpu, "gpu") * (1 << 20) > 50 << 20
+    assert timing_case_count(1 << 30, gpu, "gpu") == 2
+    small = DeviceInfo("cuda", 0, "gpu", 16 << 20, 132, l2_bytes=50 << 20)  # never more than a quarter of memory
+    assert timing_case_count(1 << 20, small, "gpu") == 4
+    unknown = DeviceInfo("c", 0, "cpu", 0, 1)  # no cache size known: two cases
+    assert timing_case_count(1 << 20, unknown, "cpu") == 2
 
 
 class EchoServer:

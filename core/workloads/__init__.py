@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import importlib
 
-from core.workloads.base import Workload
+from core.workloads.spec import Workload
 
 WORKLOADS: dict[str, str] = {
     "gemm": "core.workloads.gemm:GemmWorkload",
     "rmsnorm": "core.workloads.rmsnorm:RmsNormWorkload",
+    "silu_mul": "core.workloads.silu_mul:SiluMulWorkload",
 }
 
 
