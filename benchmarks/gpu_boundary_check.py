@@ -42,8 +42,9 @@ def log(msg: str) -> None:
     print(f"[{time.time() - T0:7.1f}s] {msg}", flush=True)
 
 
-def check_pair(workload: str, backend: str, n_random: int, cache: Path, logs: Path) -> dict:
-    cfg = RunConfig.from_dict({"workload": workload, "backend": backend, "timeout_s": 60.0, "stability_launches": 10})
+def check_pair(workload: str, backend: str, n_random: int, cache: Path, logs: Path, problem: dict | None = None) -> dict:
+    cfg = RunConfig.from_dict({"workload": workload, "backend": backend, "timeout_s": 60.0, "stability_launches": 10,
+                               "problem": problem or {}})
     ev = Evaluator(cfg, cache, log=log, log_path=logs / f"{workload}_{backend}.log", timing_target_s=0.1)
     out: dict = {"workload": workload, "backend": backend, "problem": ev.problem}
     t0 = time.time()
@@ -52,16 +53,19 @@ def check_pair(workload: str, backend: str, n_random: int, cache: Path, logs: Pa
     out["baselines"] = {n: {k: e.get(k) for k in ("time_us", "spread_us", "verified", "cause", "memory_bytes")}
                         for n, e in base["baselines"].items()}
     out["primary"], out["primary_us"], out["roofline_us"] = base["primary"], base["time_us"], base.get("roofline_us")
+    out["floor_us"], out["peaks"] = base.get("floor_us"), base.get("peaks")
     space = ev.template.gene_space()
     rng = random.Random(7)
     genomes = list(space.seed_genomes()) + [space.random(rng) for _ in range(n_random)]
     t0 = time.time()
     results = ev.evaluate(genomes)
     out["eval_s"] = round(time.time() - t0, 1)
+    out["evals_per_min"] = round(60 * len(genomes) / max(out["eval_s"], 1e-9), 1)
     out["candidates"] = [{"genome": g.hash, "origin": "seed" if i < len(space.seeds) else "random", "status": r.status,
                           "cause": r.cause[:160], "time_us": r.time_us, "spread_us": r.time_spread_us,
                           "vs_primary": base["time_us"] / r.time_us if r.time_us else None,
-                          "memory_bytes": r.memory_bytes, "stability": r.stability, "max_abs_err": r.max_abs_err,
+                          "memory_bytes": r.memory_bytes, "stability": r.stability, "determinism": r.determinism,
+                          "steadiness": r.steadiness, "error_margin": r.error_margin, "max_abs_err": r.max_abs_err,
                           "eval_s": round(r.eval_s, 2)} for i, (g, r) in enumerate(zip(genomes, results))]
     ok = [(r, g) for g, r in zip(genomes, results) if r.ok]
     ev.close()
@@ -115,6 +119,7 @@ def main() -> None:
     ap.add_argument("--random", type=int, default=4)
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--pairs", default="", help="';'-separated workload:backend[:problem JSON] (instead of every pair)")
     ap.add_argument("--cli", default="silu_mul:triton,silu_mul:cuda", help="workload:backend pairs for a CLI GA run")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -122,8 +127,11 @@ def main() -> None:
     logs.mkdir(exist_ok=True)
     cache = Path(tempfile.mkdtemp(prefix="abebot-cache-"))
     res: dict = {"pairs": [], "cli": []}
-    pairs = [(w, b) for w in args.workloads.split(",") for b in get_workload(w).templates if b in ("cuda", "triton")]
-    for w, b in pairs:
+    pairs = [(w, b, {}) for w in args.workloads.split(",") for b in get_workload(w).templates if b in ("cuda", "triton")]
+    if args.pairs:
+        pairs = [(p.split(":", 2)[0], p.split(":", 2)[1], json.loads(p.split(":", 2)[2]) if p.count(":") > 1 else {})
+                 for p in args.pairs.split(";")]
+    for w, b, problem in pairs:
         if time.time() - T0 > args.budget_s:
             res["pairs"].append({"workload": w, "backend": b, "error": "skipped: budget spent"})
             continue
@@ -133,7 +141,7 @@ def main() -> None:
             continue
         log(f"== {w} on {b}")
         try:
-            res["pairs"].append(check_pair(w, b, args.random, cache, logs))
+            res["pairs"].append(check_pair(w, b, args.random, cache, logs, problem))
         except Exception as exc:  # one pair failing must not lose the others' figures
             res["pairs"].append({"workload": w, "backend": b, "error": f"{type(exc).__name__}: {exc}"})
         save(args.out, res)

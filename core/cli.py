@@ -1,7 +1,9 @@
 """``python -m core``: run, resume, list and export evolutions from the shell.
 
 Bad input (unknown workload or backend, population < 2, bad weights, a missing or corrupt run, an
-unavailable backend) prints one line on stderr and exits with status 2 before anything is written.
+unavailable backend, a problem too big for the device's memory (``core/bounds.py``), a device another
+run holds (``core/devicelock.py``)) prints one line on stderr and exits with status 2 before anything
+is written.
 """
 from __future__ import annotations
 
@@ -70,7 +72,24 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--which", choices=("champion", "top", "pareto"), default="champion")
     export.add_argument("-k", type=int, default=5, help="how many for --which top")
     export.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
+    _add_check_parser(sub)
     return p
+
+
+def _add_check_parser(sub) -> None:
+    check = sub.add_parser("check", help="run any kernel file through the evolution's protocol (exit 0 ok, 1 rejected)")
+    check.add_argument("--workload", default=None, help="workload family, e.g. gemm")
+    check.add_argument("--backend", default=None, help="c, cuda or triton")
+    check.add_argument("--kernel", default=None, metavar="FILE", help="the kernel source file")
+    check.add_argument("--problem", default=None, help='problem settings as JSON, e.g. \'{"m": 512, "n": 512, "k": 512}\'')
+    check.add_argument("--entry", default=None, help="entry point name (default: the template's)")
+    check.add_argument("--launch", default=None, metavar="JSON", help="keys merged into the seed's launch dict")
+    check.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="its .cache is the compile cache")
+    check.add_argument("--device", type=int, default=0, help="device index for the backend")
+    check.add_argument("--seconds", type=float, default=None, help="timed repetitions per kernel, in seconds (default 0.2)")
+    check.add_argument("--json", action="store_true", help="print the result as JSON on stdout (the report goes to stderr)")
+    check.add_argument("--contract", nargs="*", default=None, metavar="W B",
+                       help="print the entry contract of workload W on backend B (all pairs when left out) and exit")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -122,32 +141,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     reason = availability(cfg.backend)
     if reason:
         raise UsageError(f"backend {cfg.backend!r} is not available here: {reason}")
-    n_devices = len(backend_class(cfg.backend).devices())
+    devices = backend_class(cfg.backend).devices()
+    n_devices = len(devices)
     if cfg.device >= n_devices:
         raise UsageError(f"backend {cfg.backend!r} has {n_devices} device(s); --device {cfg.device} does not exist")
+    from core.bounds import check_fits
+    from core.devicelock import hold_device
+
+    check_fits(cfg, devices[cfg.device])  # ProblemTooBig (exit 2) before anything is written
     runs_dir = Path(args.runs_dir)
     run_id = args.run_id or new_run_id(cfg.workload, cfg.backend)
     target = run_dir(runs_dir, run_id)
     if target.exists():
         raise UsageError(f"run {run_id!r} already exists in {runs_dir}")
-    writer = RunWriter.create(runs_dir, run_id, json.loads(cfg.to_json()))
-    print(f"run {run_id}", flush=True)
-    return _work(writer, cfg, target, runs_dir)
+    with hold_device(runs_dir, cfg.backend, cfg.device, f"run {run_id}"):  # DeviceBusy (exit 2) when taken
+        writer = RunWriter.create(runs_dir, run_id, json.loads(cfg.to_json()))
+        print(f"run {run_id}", flush=True)
+        return _work(writer, cfg, target, runs_dir)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from core.bounds import check_fits
+    from core.devicelock import hold_device
     from store.writer import RunWriter
 
     runs_dir = Path(args.runs_dir)
     target = existing_run(args)
-    writer = RunWriter.open(target)
     try:
         cfg = RunConfig.from_dict(json.loads((target / "config.json").read_text()))
     except (OSError, ValueError) as exc:
-        writer.close()
         raise UsageError(f"run {args.run_id!r} has an unreadable config.json: {exc}") from None
-    print(f"run {args.run_id}", flush=True)
-    return _work(writer, cfg, target, runs_dir)
+    check_fits(cfg)  # ProblemTooBig (exit 2): the machine may have less memory free than when it started
+    with hold_device(runs_dir, cfg.backend, cfg.device, f"run {args.run_id} (resumed)"):  # DeviceBusy: exit 2
+        writer = RunWriter.open(target)
+        print(f"run {args.run_id}", flush=True)
+        return _work(writer, cfg, target, runs_dir)
 
 
 def _work(writer, cfg: RunConfig, target: Path, runs_dir: Path) -> int:
@@ -212,7 +240,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     target = existing_run(args)
     if not 1 <= args.rounds <= 100:
         raise UsageError("--rounds must be from 1 to 100")
-    result = bench_champion(target, Path(args.runs_dir), rounds=args.rounds, log=lambda line: print(line, flush=True))
+    from core.devicelock import hold_device
+
+    try:
+        cfg = RunConfig.from_dict(json.loads((target / "config.json").read_text()))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"run {args.run_id!r} has an unreadable config.json: {exc}") from None
+    with hold_device(Path(args.runs_dir), cfg.backend, cfg.device, f"bench of run {args.run_id}"):  # DeviceBusy: exit 2
+        result = bench_champion(target, Path(args.runs_dir), rounds=args.rounds, log=lambda line: print(line, flush=True))
     device = result["device"]
     print(f"{args.run_id}: {device.get('name')} shape {result.get('shape')}, median of {result['rounds']} rounds")
     print(format_table(result))
@@ -220,6 +255,36 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "bench": cmd_bench, "resume": cmd_resume, "runs": cmd_runs, "workloads": cmd_workloads, "export": cmd_export}
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0 when the kernel is ``ok``, 1 when it is rejected; bad input raises (exit 2)."""
+    from core.check import EXIT_OK, EXIT_REJECTED, check_kernel, format_report
+    from core.contract import contract_text
+
+    if args.contract is not None:
+        if len(args.contract) > 2:
+            raise UsageError("--contract takes at most a workload and a backend")
+        print(contract_text(*args.contract))
+        return EXIT_OK
+    missing = [f"--{n}" for n in ("workload", "backend", "kernel") if getattr(args, n) is None]
+    if missing:
+        raise UsageError(f"check needs {', '.join(missing)} (or --contract)")
+    if args.seconds is not None and not 0 < args.seconds <= 60:
+        raise UsageError("--seconds must be in (0, 60]")
+    options = {} if args.seconds is None else {"timing_target_s": args.seconds}
+    result = check_kernel(args.workload, args.backend, args.kernel, problem=args.problem, entry=args.entry,
+                          launch=args.launch, runs_dir=args.runs_dir, device=args.device, **options)
+    report = format_report(result)
+    if args.json:
+        print(report, file=sys.stderr)
+        print(json.dumps(result))
+    else:
+        print(report)
+    return EXIT_OK if result["ok"] else EXIT_REJECTED
+
+
+COMMANDS["check"] = cmd_check
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from core.objectives import NAMES, OBJECTIVES, default_weights, objective
 
 SELECTIONS = ("top10", "tournament", "nsga2")
+INITS = ("seeds", "random")
 # Configurations written before objectives were data carry these as weight_<name> fields.
 LEGACY_WEIGHT_NAMES = ("time", "memory", "stability")
 
@@ -49,6 +50,10 @@ class RunConfig:
     timeout_s: float = _f(30.0, "seconds one candidate may take before it is killed as an endless loop", min=1.0)
     compile_workers: int = _f(0, "parallel compiles (0 = one per CPU core)", min=0, max=256)
     problem: dict = field(default_factory=dict, metadata={"help": "problem sizes, e.g. {\"m\": 512} (workload defaults fill the rest)"})
+    init: str = _f("seeds", "initial population: seeds (the hand-written seed genomes, then random ones) or random "
+                            "(random genomes only, to compare GA search with random search)", choices=INITS)
+    baseline_checks: int = _f(3, "baseline timings per generation, interleaved with the candidates (2 = before and "
+                                 "after; 3 = also between the halves, so one burst of load is outvoted)", min=2, max=9)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

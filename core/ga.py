@@ -2,15 +2,18 @@
 
 ``step`` takes the evaluated population of generation g and returns that of generation g + 1:
 
-1. keep the elites (best fitness, unchanged, measured once and never again);
+1. keep the elites (best fitness, unchanged genomes, whose time is measured again in every
+   generation: :mod:`core.retiming`);
 2. breed children from parents chosen by the configured selection -- the seed's top 10 %,
    tournament, or NSGA-II's binary tournament on (Pareto rank, crowding distance);
    crossover (one-point on sequences, uniform elsewhere), mutation, repair or rejection;
 3. skip genomes already evaluated in this run (a duplicate is never evaluated twice; if the
    space is exhausted a known genome is reused with its stored measurements);
-4. evaluate the new genomes in one batch (the evaluator compiles them in parallel);
-5. score everyone, rank by Pareto dominance; with NSGA-II, parents and children compete for the
-   places (mu + lambda survival) after the elites, which are kept by weighted fitness.
+4. evaluate the new genomes (the evaluator compiles them in parallel) and re-time the elites,
+   with the baseline timed before, between and after them (:func:`core.retiming.measure_generation`);
+5. score everyone against this generation's baseline (an elite by the median of its timings), rank
+   by Pareto dominance; with NSGA-II, parents and children compete for the places (mu + lambda
+   survival) after the elites, which are kept by weighted fitness.
 
 All randomness comes from one ``random.Random`` whose state is saved with every generation, so a
 resumed run continues exactly where its last committed generation ended.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -28,6 +31,7 @@ from core.config import RunConfig
 from core.fitness import crowding_distance, objectives, pareto_ranks, score
 from core.genome import GeneSpace, Genome
 from core.operators import crossover, distance, make_valid, mutate
+from core.retiming import champion_figures, first_measure, measure_generation, remeasured, unique
 
 EvaluateFn = Callable[[Sequence[Genome]], list[dict]]
 
@@ -41,6 +45,7 @@ class Individual:
     parents: tuple[str, ...] = ()
     measure: dict = field(default_factory=dict)
     reused: bool = False  # measurements taken from an earlier evaluation of the same genome
+    remeasured: bool = False  # an elite timed again in this generation (not a new evaluation)
     fitness: float = 0.0
     terms: dict[str, float | None] = field(default_factory=dict)  # objective name -> normalised term
     pareto_rank: int | None = None
@@ -60,16 +65,21 @@ class GAContext:
 
     config: RunConfig
     space: GeneSpace
-    baseline: Mapping  # the run's baseline record: the library's measurement of every objective
+    baseline: Mapping  # the current generation's baseline record: the library's measurement of every objective
     evaluate: EvaluateFn
     known: dict[str, dict] = field(default_factory=dict)  # genome hash -> measure, over the whole run
+    retime: EvaluateFn | None = None  # measures elites again (not new evaluations); None: they keep theirs
+    remeasure: Callable[[], Mapping] | None = None  # times the baselines; None: ``baseline`` never changes
+    log: Callable[[str], None] | None = None
 
 
 def initial_population(ctx: GAContext, rng: random.Random) -> list[Individual]:
-    """Seed genomes from the gene space, then distinct random ones, evaluated and scored."""
+    """Seed genomes from the gene space (unless ``init`` is ``random``), then distinct random ones,
+    evaluated and scored."""
     pop: list[Individual] = []
     seen: set[str] = set()
-    for g in ctx.space.seed_genomes()[: ctx.config.population]:
+    seeds = ctx.space.seed_genomes() if ctx.config.init == "seeds" else []
+    for g in seeds[: ctx.config.population]:
         if g.hash not in seen:
             pop.append(Individual(g, "seed"))
             seen.add(g.hash)
@@ -89,6 +99,7 @@ def step(population: list[Individual], ctx: GAContext, rng: random.Random) -> li
     ranked = sorted(population, key=lambda i: i.fitness, reverse=True)
     elites = [Individual(i.genome, "elite", (i.hash,)) for i in ranked[: cfg.elites] if i.ok]
     taken = {i.hash for i in elites}
+    elite_hashes = set(taken)
     pick = _selector(population, cfg, rng)
     n_children = cfg.population if cfg.selection == "nsga2" else cfg.population - len(elites)
     children: list[Individual] = []
@@ -96,10 +107,11 @@ def step(population: list[Individual], ctx: GAContext, rng: random.Random) -> li
         child = _breed(pick, ctx, rng, taken)
         taken.add(child.hash)
         children.append(child)
-    if cfg.selection == "nsga2":
-        scored = _evaluate_and_score(children, ctx)
-        return _nsga2_survivors(population, scored, cfg.population, cfg.elites)
-    return _evaluate_and_score(elites + children, ctx)
+    if cfg.selection == "nsga2":  # every parent competes again, rescored; the elites among them re-timed
+        carried = [Individual(p.genome, "elite", (p.hash,)) for p in population]
+        scored = _evaluate_and_score(children + carried, ctx, retime=[c for c in carried if c.hash in elite_hashes])
+        return _nsga2_survivors(scored[len(children):], scored[: len(children)], cfg.population, cfg.elites)
+    return _evaluate_and_score(elites + children, ctx, retime=elites)
 
 
 def _breed(pick: Callable[[], Individual], ctx: GAContext, rng: random.Random, taken: set[str]) -> Individual:
@@ -162,9 +174,9 @@ def _nsga2_keys(population: list[Individual]) -> dict[int, tuple]:
 
 def _nsga2_survivors(parents: list[Individual], children: list[Individual], size: int, elites: int) -> list[Individual]:
     """(mu + lambda) survival by Pareto rank then crowding, after the ``elites`` fittest by weighted
-    fitness (so the champion is never lost); survivors keep their measurements."""
+    fitness (so the champion is never lost); ``parents`` are already rescored (and re-timed) copies."""
     merged: dict[str, Individual] = {}
-    for ind in children + [replace(p, origin="elite", parents=(p.hash,), reused=True) for p in parents]:
+    for ind in children + parents:
         merged.setdefault(ind.hash, ind)
     pool = list(merged.values())
     _rank(pool)
@@ -176,17 +188,33 @@ def _nsga2_survivors(parents: list[Individual], children: list[Individual], size
     return survivors
 
 
-def _evaluate_and_score(pop: list[Individual], ctx: GAContext) -> list[Individual]:
-    fresh = [i.genome for i in pop if i.hash not in ctx.known and not i.measure]
-    unique = list({g.hash: g for g in fresh}.values())
-    if unique:
-        for g, m in zip(unique, ctx.evaluate(unique)):
-            ctx.known[g.hash] = m
-    new = {g.hash for g in unique}
+def _evaluate_and_score(pop: list[Individual], ctx: GAContext, retime: Sequence[Individual] = ()) -> list[Individual]:
+    """Measure what needs measuring (new genomes; ``retime``: elites timed again), with this
+    generation's baseline timings around them when ``ctx.remeasure`` is set; then score everyone."""
+    fresh = unique(i.genome for i in pop if i.hash not in ctx.known and not i.measure)
+    again = unique(i.genome for i in retime if ctx.known.get(i.hash, {}).get("status") == "ok")
+    if fresh or again or ctx.remeasure:
+        measures, repeats, baseline = measure_generation(fresh, again, ctx.evaluate, ctx.retime, ctx.remeasure,
+                                                         ctx.config.baseline_checks, ctx.log)
+        for g, m in zip(fresh, measures):
+            ctx.known[g.hash] = first_measure(m)
+        for g, m in zip(again, repeats):
+            ctx.known[g.hash] = remeasured(ctx.known[g.hash], m)
+        if baseline is not None:
+            ctx.baseline = baseline
+    new = {g.hash for g in fresh}
+    timed = {g.hash for g in again} if ctx.retime else set()
     for ind in pop:
         if not ind.measure:
-            ind.reused = ind.hash not in new
+            ind.remeasured = ind.hash in timed
+            ind.reused = ind.hash not in new and not ind.remeasured
             ind.measure = ctx.known[ind.hash]
+    return _score(pop, ctx)
+
+
+def _score(pop: list[Individual], ctx: GAContext) -> list[Individual]:
+    """Fitness and terms of everyone against ``ctx.baseline``, then Pareto ranks (nothing measured)."""
+    for ind in pop:
         s = score(ind.measure, ctx.baseline, ctx.config.weights)
         ind.fitness, ind.terms = s.fitness, s.terms
     _rank(pop)
@@ -229,6 +257,7 @@ def summarise(pop: Sequence[Individual]) -> Mapping:
         if not i.ok:
             causes[i.measure.get("status", "?")] = causes.get(i.measure.get("status", "?"), 0) + 1
     best = max(pop, key=lambda i: i.fitness)
+    champion = champion_figures(best.measure) if best.ok else champion_figures({})
     return {
         "best_fitness": max(fits),
         "mean_fitness": float(np.mean(fits)),
@@ -238,4 +267,6 @@ def summarise(pop: Sequence[Individual]) -> Mapping:
         "best_memory_bytes": min((i.measure["memory_bytes"] for i in ok), default=None),
         "lethal_causes": causes,
         "champion_hash": best.hash,
+        "n_remeasured": sum(i.remeasured for i in pop),
+        **champion,
     }

@@ -11,7 +11,12 @@ kinds:
   each required token once, optional tokens at most once, with "must come before" constraints;
   crossed over at one point.
 
-Workloads render a genome to kernel source; every gene changes that source.
+Workloads render a genome to kernel source; every gene changes that source -- where it applies.
+A gene may not apply in some contexts (an OpenMP schedule on one thread, a lane layout the
+tensor-core path ignores): the space's *canonicalisers* set such genes to a fixed value, so that
+genomes which compile to the same kernel are the same genome, with the same hash
+(:meth:`GeneSpace.canonical`). New genomes come canonical from :meth:`GeneSpace.random`,
+:meth:`GeneSpace.seed_genomes` and :func:`core.operators.make_valid`.
 """
 from __future__ import annotations
 
@@ -252,6 +257,17 @@ class Genome:
         return f"Genome({self._hash})"
 
 
+def with_gene(genome: Genome, group: str, name: str, value: Any, key: str | None = None) -> Genome:
+    """``genome`` with gene ``group.name`` -- or only key ``key`` of that map gene -- set to ``value``;
+    ``genome`` itself when it has that value already. The building block of canonicalisers."""
+    current = genome[group][name]
+    if key is not None:
+        if current[key] == value:
+            return genome
+        return genome.replace(group, name, {**dict(current), key: value})
+    return genome if _freeze(value) == current else genome.replace(group, name, value)
+
+
 def _freeze(v: Any) -> Any:
     if isinstance(v, Mapping):
         return _frozen_map({k: _freeze(x) for k, x in v.items()})
@@ -276,11 +292,22 @@ class GeneSpace:
     return a reason string when a genome is structurally fine gene by gene but invalid as a whole
     (for example a tile that does not divide the thread count); such children are rejected.
     ``seeds`` are hand-written genomes (as plain dicts) placed in the first generation.
+    ``canonicalisers`` are functions ``Genome -> Genome`` that set genes which do not apply in the
+    genome's context (they leave the compiled kernel unchanged) to one fixed value, and return
+    the genome unchanged otherwise; :meth:`canonical` applies them until nothing changes. Twins
+    -- genomes differing only in such genes -- then share one canonical genome and one hash.
+    ``hints`` names what only hints the compiler: a gene (``"memory_pattern.pointer_hints"``, a map
+    key as ``"group.gene.key"``) or an optional token whose place in a sequence is a hint
+    (``"instruction_sequence.stages:PREFETCH"``). Whether the compiler makes use of a hint depends on
+    the compiler, the CPU and the context, so hints are not normalised, and two values of one may
+    compile to the same kernel (``tests/test_canonical.py`` accepts that for them, and only for them).
     """
 
     groups: Mapping[str, tuple[Gene, ...]]
     constraints: tuple[Callable[[Genome], str | None], ...] = ()
     seeds: tuple[Mapping[str, Mapping[str, Any]], ...] = field(default_factory=tuple)
+    canonicalisers: tuple[Callable[[Genome], Genome], ...] = ()
+    hints: tuple[str, ...] = ()
 
     def __post_init__(self):
         missing = [g for g in GROUPS if not self.groups.get(g)]
@@ -327,21 +354,44 @@ class GeneSpace:
                 return reason
         return None
 
+    def canonical(self, genome: Genome, max_rounds: int = 16) -> Genome:
+        """``genome`` with every gene that does not apply in its context set to its fixed value.
+
+        The canonicalisers run in turn until a whole round changes nothing (one rule may make
+        another apply); a genome without inapplicable genes comes back as it is.
+        """
+        for _ in range(max_rounds):
+            before = genome
+            for rule in self.canonicalisers:
+                genome = rule(genome)
+            if genome == before:
+                return genome
+        raise RuntimeError(f"canonicalisers do not reach a fixed point in {max_rounds} rounds (they fight over a gene)")
+
     def random(self, rng: random.Random, max_tries: int = 200) -> Genome:
-        """A random legal genome (rejection sampling against the constraints)."""
+        """A random legal canonical genome (rejection sampling against the constraints)."""
         for _ in range(max_tries):
             g = Genome({grp: {gene.name: gene.random(rng) for gene in genes} for grp, genes in self.groups.items()})
             if self.validate(g) is None:
-                return g
+                g = self.canonical(g)
+                if self.validate(g) is None:
+                    return g
         raise RuntimeError("gene space constraints reject almost every random genome")
 
     def seed_genomes(self) -> list[Genome]:
-        out = [Genome(s) for s in self.seeds]
-        for g in out:
+        """The hand-written seeds, canonical, each once (two seeds may be twins)."""
+        out = []
+        for s in self.seeds:
+            g = Genome(s)
             reason = self.validate(g)
             if reason:
                 raise ValueError(f"seed genome invalid: {reason}")
-        return out
+            g = self.canonical(g)
+            reason = self.validate(g)
+            if reason:
+                raise ValueError(f"seed genome invalid once canonical: {reason}")
+            out.append(g)
+        return list(dict.fromkeys(out))
 
     def from_json(self, text: str | Mapping) -> Genome:
         """Parse and validate; raises ValueError with the reason when illegal."""

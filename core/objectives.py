@@ -1,12 +1,14 @@
 """The fitness objectives, as data: what each one measures and how it is normalised.
 
 The seed adds ``1/time`` and ``1/bytes`` raw, which mixes units so its weights mean nothing. Here
-each objective's *term* is a ratio against the baseline measured in the same process at the start
-of the run, so that larger is always better and 1.0 means "as good as the library":
+each objective's *term* is a ratio against the baseline measured in the same process in the same
+generation (:mod:`core.retiming`), so that larger is always better and 1.0 means "as good as the
+library":
 
 * time      = baseline time / candidate time     (1.0 = as fast as the library, 2.0 = twice as fast)
 * memory    = baseline bytes / candidate bytes   (1.0 = same footprint as the library)
-* stability = fraction of repeated launches bit-identical to the first, in [0, 1]
+* stability = the mean of determinism (repeated launches bit-identical to the first), steadiness
+  (1 - timing IQR / median) and error margin (tolerance left unused), in [0, 1]
 
 ``fitness = sum(w_o * term_o) / sum(w_o)`` over the objectives of the run's weights (see
 :mod:`core.fitness`); a lethal candidate has fitness 0. Raw measurements are always stored beside
@@ -68,7 +70,7 @@ OBJECTIVES: tuple[Objective, ...] = (
     Objective("memory", "Memory", "memory_bytes", "minimize", 0.3,
               "fitness weight of memory (baseline bytes / bytes)"),
     Objective("stability", "Stability", "stability", "maximize", 0.1,
-              "fitness weight of stability (clean fraction of repeated launches)"),
+              "fitness weight of stability (determinism, steady timing and error margin)"),
 )
 NAMES: tuple[str, ...] = tuple(o.name for o in OBJECTIVES)
 _BY_NAME = {o.name: o for o in OBJECTIVES}

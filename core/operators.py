@@ -3,6 +3,8 @@
 Crossover follows the seed: one-point on instruction sequences, uniform on register maps and on
 choices. Children that break a gene space's whole-genome constraints are repaired by re-mutating
 the genes named in the reason where possible, else rejected (``None``) so the caller draws again.
+Every child passes :func:`make_valid`, which returns it canonical (genes that do not apply in its
+context set to their fixed value, :meth:`GeneSpace.canonical`), so twins share one hash.
 """
 from __future__ import annotations
 
@@ -52,34 +54,43 @@ def mutate(genome: Genome, space: GeneSpace, rate: float, rng: random.Random) ->
     """Each gene mutates with probability ``rate``; at least one gene always changes.
 
     Choice genes step to a neighbouring option most of the time, maps re-allocate one role,
-    sequences swap, move, insert or delete one instruction.
+    sequences swap, move, insert or delete one instruction. A change only to genes that do not
+    apply in the genome's context (undone by :meth:`GeneSpace.canonical`) does not count.
     """
     all_genes = list(space.genes())
+    start = space.canonical(genome)
     for _ in range(10):  # a move can be undone by repair (e.g. a swap against an order constraint)
         genes = {g: dict(genome[g]) for g in genome.to_dict()}
         chosen = [(grp, gene) for grp, gene in all_genes if rng.random() < rate] or [rng.choice(all_genes)]
         for group, gene in chosen:
             genes[group][gene.name] = gene.mutate(genome[group][gene.name], rng)
         child = Genome(genes)
-        if child != genome:
+        if child != genome and space.canonical(child) != start:
             return child
     return child
 
 def make_valid(child: Genome, space: GeneSpace, rng: random.Random, attempts: int = 8) -> Genome | None:
-    """Repair ``child`` against the space's constraints, or reject it (``None``).
+    """Repair ``child`` against the space's constraints and return it canonical, or reject it (``None``).
 
     Structural problems (sequence order, missing tokens) were already repaired by the gene kinds;
     what remains are whole-genome constraints. We re-mutate the genes the reason names (a
-    constraint reports e.g. ``"parallel_config.block_m ..."``), falling back to any gene.
+    constraint reports e.g. ``"parallel_config.block_m ..."``), falling back to any gene. A legal
+    child comes back through :meth:`GeneSpace.canonical`: every genome the GA breeds passes here,
+    so twins (children differing only in genes that do not apply) get one hash and are evaluated once.
     """
-    for _ in range(attempts):
+    for attempt in range(attempts + 1):
         reason = space.validate(child)
         if reason is None:
-            return child
+            child = space.canonical(child)
+            reason = space.validate(child)  # None, unless a canonicaliser breaks a constraint (a gene-space bug)
+            if reason is None:
+                return child
+        if attempt == attempts:
+            return None
         named = [(grp, gene) for grp, gene in space.genes() if f"{gene.name}" in reason]
         group, gene = rng.choice(named or list(space.genes()))
         child = child.replace(group, gene.name, gene.mutate(child[group][gene.name], rng))
-    return child if space.validate(child) is None else None
+    return None
 
 
 def distance(a: Genome, b: Genome) -> int:

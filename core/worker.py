@@ -22,6 +22,7 @@ from typing import Any, Callable
 from core.config import RunConfig
 from core.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
 from core.genome import Genome
+from core.retiming import baseline_summary, champion_figures, describe, time_samples
 
 HEARTBEAT_EVERY_S = 5.0
 PAUSE_POLL_S = 0.5
@@ -85,23 +86,27 @@ class RunWorker:
         signal.signal(signal.SIGTERM, _raise_interrupted)
         beat_thread = threading.Thread(target=self._beat_forever, daemon=True)
         evaluator = Evaluator(self.config, self.runs_dir / ".cache", log=self.log, log_path=self.run_dir / "sandbox.log",
-                              progress=lambda done, total: self.heartbeat(phase=f"measured {done} of {total} new candidates"))
+                              progress=lambda done, total: self.heartbeat(phase=f"measured {done} of {total} candidates"))
         try:
             self._set_status("running")
             self.heartbeat(phase="measuring baseline", started_at=time.time())
             beat_thread.start()
             measured = evaluator.start()
-            baseline_record = self.writer.baseline()
-            if baseline_record is None:
+            if self.writer.baseline() is None:  # the device and a first timing, before generation 0 commits
                 self.writer.set_baseline(measured)
-                baseline_record = measured
-            else:  # a resumed run keeps its original baseline so fitness stays comparable
-                self.log(f"baseline re-measured {measured['time_us']:.2f} us (stored {baseline_record['time_us']:.2f} us kept)")
-            self.log(f"baseline {baseline_record['primary']}: {baseline_record['time_us']:.2f} us, "
-                     f"{baseline_record['memory_bytes']} bytes on {baseline_record['device']['name']}")
-            self.baseline_name = baseline_record["primary"]
-            ctx = GAContext(self.config, evaluator.template.gene_space(), baseline_record,
-                            self._counting(evaluator.evaluate), known=self.writer.evaluations())
+            self.log(f"baseline {measured['primary']}: {measured['time_us']:.2f} us, {measured['memory_bytes']} bytes on "
+                     f"{measured['device']['name']} (timed {self.config.baseline_checks} times in every generation, "
+                     "interleaved with the candidates)")
+            self.baseline_name = measured["primary"]
+            pending = [measured]  # this timing is the first of the next generation's
+
+            def remeasure() -> dict:
+                self.heartbeat(phase="timing the baseline")
+                return pending.pop() if pending else evaluator.remeasure_baselines()
+
+            ctx = GAContext(self.config, evaluator.template.gene_space(), measured, self._counting(evaluator.evaluate),
+                            known=self.writer.evaluations(), retime=self._retiming(evaluator.evaluate),
+                            remeasure=remeasure, log=self.log)
             return self._generations(ctx, read_control)
         except Interrupted:
             self._set_status("stopped", "interrupted by a signal; resume to continue")
@@ -130,6 +135,14 @@ class RunWorker:
 
         return run
 
+    def _retiming(self, evaluate: Callable) -> Callable[[list[Genome]], list[dict]]:
+        """Elites measured again: not new evaluations, so not counted."""
+        def run(genomes: list[Genome]) -> list[dict]:
+            self.heartbeat(phase=f"re-timing {len(genomes)} elites")
+            return [dataclasses.asdict(e) for e in evaluate(genomes)]
+
+        return run
+
     def _generations(self, ctx: GAContext, read_control: Callable[[Path], str | None]) -> int:
         cfg = self.config
         last = self.writer.last_state()
@@ -140,12 +153,12 @@ class RunWorker:
             t_gen = time.monotonic()
             population = initial_population(ctx, rng)
             generation = 0
-            self._commit(generation, population, rng, time.monotonic() - t0, self.evaluated, time.monotonic() - t_gen)
+            self._commit(generation, population, rng, time.monotonic() - t0, self.evaluated, time.monotonic() - t_gen, ctx)
         else:
             generation, state = last
             rng = rng_from_json(state["rng"])
             elapsed_before, evaluations_before = state["elapsed_s"], state["evaluations"]
-            population = _rebuild(state["population"], ctx)
+            population = _rebuild(state["population"], ctx, state.get("baseline") or self.writer.baseline())
             self.log(f"resuming after generation {generation}")
         while True:
             elapsed = elapsed_before + (time.monotonic() - t0) - self.paused_s
@@ -162,7 +175,8 @@ class RunWorker:
             population = step(population, ctx, rng)
             generation += 1
             elapsed = elapsed_before + (time.monotonic() - t0) - self.paused_s
-            self._commit(generation, population, rng, elapsed, evaluations_before + self.evaluated, time.monotonic() - t_gen)
+            self._commit(generation, population, rng, elapsed, evaluations_before + self.evaluated, time.monotonic() - t_gen,
+                         ctx)
 
     def _budget_spent(self, next_generation: int, elapsed_s: float) -> bool:
         cfg = self.config
@@ -189,19 +203,23 @@ class RunWorker:
         return "stop" if command == "stop" else None
 
     def _commit(self, generation: int, population: list[Individual], rng: Any, elapsed: float,
-                evaluations: int, gen_seconds: float) -> None:
+                evaluations: int, gen_seconds: float, ctx: GAContext) -> None:
         summary = dict(summarise(population))
-        new = [i for i in population if not i.reused]
+        new = [i for i in population if not i.reused and not i.remeasured]
+        baseline = json.loads(json.dumps(dict(ctx.baseline), default=str))  # the generation's, as stored
         summary.update(n_evaluated=len(new), diversity=diversity(population), elapsed_s=elapsed,
-                       evals_per_s=len(new) / gen_seconds if gen_seconds > 0 else 0.0)
+                       evals_per_s=len(new) / gen_seconds if gen_seconds > 0 else 0.0, **baseline_summary(baseline))
         state = {
             "rng": rng_state_to_json(rng),
             "population": [{"genome": i.genome.to_dict(), "origin": i.origin, "parents": list(i.parents)} for i in population],
             "elapsed_s": elapsed,
             "evaluations": evaluations,
+            "baseline": baseline,  # a resumed run rescores the population against it
         }
         kernels = _kernels(new, self.config.backend)
-        self.writer.commit_generation(generation, [_row(generation, i) for i in population], kernels, summary, state)
+        self.writer.commit_generation(generation, [_row(generation, i) for i in population], kernels, summary, state,
+                                      baseline=baseline)
+        self.baseline_name = baseline.get("primary", self.baseline_name)
         for ind in new:  # the sources now live in the store; a 72-hour run must not hold them all in memory
             ind.measure.pop("source", None)
             ind.measure.pop("compile_log", None)
@@ -210,22 +228,29 @@ class RunWorker:
         best = max(population, key=lambda i: i.fitness)
         champion = f"champion {_terms_text(best, self.baseline_name)}" if best.ok else "no viable kernel yet"
         budget = f"/{self.config.generations}" if self.config.generations else ""
+        base = f" baseline {describe(baseline)}" if baseline.get("time_us") is not None else ""
         self.log(f"gen {generation}{budget} best {summary['best_fitness']:.4f} mean {summary['mean_fitness']:.4f} "
-                 f"lethal {summary['n_lethal']}/{len(population)} new {len(new)} {champion} {gen_seconds:.1f}s")
+                 f"lethal {summary['n_lethal']}/{len(population)} new {len(new)} re-timed {summary['n_remeasured']} "
+                 f"{champion}{base} {gen_seconds:.1f}s")
 
 def _raise_interrupted(signum, frame):  # noqa: ARG001 - signal handler signature
     raise Interrupted()
 
 
-def _rebuild(saved: list[dict], ctx: GAContext) -> list[Individual]:
-    """The committed population, rescored from stored measurements (nothing is re-evaluated)."""
-    from core.ga import _evaluate_and_score
+def _rebuild(saved: list[dict], ctx: GAContext, baseline: dict | None) -> list[Individual]:
+    """The committed population, rescored from stored measurements against its generation's
+    baseline (nothing is measured, so the resumed run continues as if it had never stopped)."""
+    from core.ga import _score
 
     pop = [Individual(Genome(s["genome"]), s["origin"], tuple(s["parents"])) for s in saved]
     missing = [i.hash for i in pop if i.hash not in ctx.known]
     if missing:
         raise RuntimeError(f"stored state names genomes with no stored measurements: {missing[:3]}")
-    return _evaluate_and_score(pop, ctx)
+    for ind in pop:
+        ind.measure = ctx.known[ind.hash]
+    if baseline:
+        ctx.baseline = baseline
+    return _score(pop, ctx)
 
 
 def _row(generation: int, ind: Individual) -> dict:
@@ -238,15 +263,26 @@ def _row(generation: int, ind: Individual) -> dict:
         "stability": m.get("stability"), "pareto_rank": ind.pareto_rank, "source_hash": m.get("source_hash"),
         "compile_s": m.get("compile_s"), "eval_s": m.get("eval_s"), "max_abs_err": m.get("max_abs_err"),
         "rel_err": m.get("rel_err"), "resources": _json_text(m.get("resources")),
-        "reused": ind.reused,
+        "reused": ind.reused, "remeasured": ind.remeasured, "time_samples_us": json.dumps(time_samples(m)),
+        "phases": _json_text(m.get("phases")), "determinism": m.get("determinism"), "steadiness": m.get("steadiness"),
+        "error_margin": m.get("error_margin"), "shape_errors": _json_list(m.get("shape_errors")),
         **{f"{name}_term": term for name, term in ind.terms.items()},
     }
 
 
 def _terms_text(ind: Individual, baseline_name: str) -> str:
-    """The champion's raw time and its term per objective, e.g. ``12.30us time 1.210x memory 1.000x``."""
+    """The champion's median time, its spread and its term per objective, e.g.
+    ``12.30us median of 4 (IQR 0.21us) (time 1.210x memory 1.000x vs numpy)``."""
     terms = " ".join(f"{name} {term:.3f}x" for name, term in ind.terms.items() if term is not None)
-    return f"{ind.measure['time_us']:.2f}us ({terms} vs {baseline_name})"
+    c = champion_figures(ind.measure)
+    n = c["champion_samples"]
+    spread = f" ({'IQR' if n > 1 else 'launch IQR'} {c['champion_spread_us']:.2f}us)" if c["champion_spread_us"] is not None else ""
+    return f"{ind.measure['time_us']:.2f}us median of {n}{spread} ({terms} vs {baseline_name})"
+
+
+def _json_list(value: Any) -> str:
+    """JSON text of a list; measurements reloaded from the store already hold the text."""
+    return value if isinstance(value, str) else json.dumps(value or [])
 
 
 def _json_text(value: Any) -> str:

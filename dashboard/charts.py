@@ -5,9 +5,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from core.retiming import NOISY_REL_SPREAD
+
 BLUE, GREY, RED, GREEN, ORANGE = "#2563eb", "#94a3b8", "#dc2626", "#16a34a", "#ea580c"
 CAUSE_COLOURS = {"compile_error": "#7c3aed", "resource_exceeded": "#ea580c", "wrong_result": "#dc2626",
-                 "crashed": "#111827", "timeout": "#ca8a04", "unstable": "#0891b2"}
+                 "crashed": "#111827", "timeout": "#ca8a04", "unstable": "#0891b2",
+                 "suspect": "#be185d"}
 
 
 def byte_unit(largest: float | None) -> tuple[str, float]:
@@ -59,14 +62,18 @@ def fitness(curves: pd.DataFrame) -> go.Figure:
     return _layout(fig, "Fitness per generation")
 
 
-def time_and_memory(df: pd.DataFrame) -> go.Figure:
-    """Best kernel time and best memory per generation, on two axes."""
+def time_and_memory(df: pd.DataFrame, baseline: pd.DataFrame | None = None) -> go.Figure:
+    """Best kernel time and best memory per generation, on two axes; with ``baseline``
+    (:func:`dashboard.data.baseline_noise`), the baseline's time per generation on the time axis,
+    its spread as a band and the noisy generations marked: the machine's noise at a glance."""
     if df.empty:
         return empty("Best time and memory")
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     if "best_time_us" in df:
         fig.add_trace(go.Scatter(x=df["generation"], y=df["best_time_us"], name="best time (µs)", mode="lines",
                                  line=dict(color=BLUE, shape="hv")), secondary_y=False)
+    if baseline is not None and not baseline.empty:
+        _baseline_traces(fig, baseline)
     unit, scale = byte_unit(df["best_memory_bytes"].max() if "best_memory_bytes" in df else 0)
     if "best_memory_bytes" in df:
         fig.add_trace(go.Scatter(x=df["generation"], y=df["best_memory_bytes"] / scale, name=f"best memory ({unit})",
@@ -75,6 +82,26 @@ def time_and_memory(df: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(title="time (µs)", secondary_y=False)
     fig.update_yaxes(title=f"memory ({unit})", secondary_y=True, showgrid=False, tickformat=".4~g")
     return _layout(fig, "Best time and memory")
+
+
+def _baseline_traces(fig: go.Figure, b: pd.DataFrame) -> None:
+    """The baseline's time (grey, dotted), a band of ± half its spread, noisy generations as red crosses."""
+    x, t = b["generation"], b["baseline_time_us"]
+    half = b["baseline_spread_us"].fillna(0) / 2
+    fig.add_trace(go.Scatter(x=x, y=t + half, mode="lines", line=dict(width=0), hoverinfo="skip", showlegend=False),
+                  secondary_y=False)
+    fig.add_trace(go.Scatter(x=x, y=(t - half).clip(lower=0), mode="lines", line=dict(width=0), fill="tonexty",
+                             fillcolor="rgba(148,163,184,0.25)", hoverinfo="skip", name="baseline spread"),
+                  secondary_y=False)
+    fig.add_trace(go.Scatter(x=x, y=t, name="baseline (µs)", mode="lines", line=dict(color=GREY, dash="dot"),
+                             customdata=(100 * b["baseline_rel_spread"].fillna(0)).to_numpy(),
+                             hovertemplate="baseline %{y:.2f} µs ±%{customdata:.1f} %<extra></extra>"),
+                  secondary_y=False)
+    noisy = b[b["noisy"].astype(bool)]
+    if not noisy.empty:
+        fig.add_trace(go.Scatter(x=noisy["generation"], y=noisy["baseline_time_us"], mode="markers",
+                                 name=f"noisy generation (spread > {100 * NOISY_REL_SPREAD:g} %)",
+                                 marker=dict(symbol="x", size=9, color=RED)), secondary_y=False)
 
 
 def lethal(causes: pd.DataFrame) -> go.Figure:

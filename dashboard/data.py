@@ -55,6 +55,63 @@ def series(gens: pd.DataFrame, columns: list[str], how: str = "last", max_points
     return df.groupby(bucket.values).agg(agg).reset_index(drop=True)
 
 
+NOISE_COLS = ["generation", "baseline_time_us", "baseline_spread_us", "baseline_rel_spread", "noisy"]
+
+
+def baseline_noise(gens: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """Each generation's baseline time, its spread and the noisy flag (generations timed before
+    the baseline was re-timed per generation are left out), bucketed to ``max_points`` rows.
+
+    A bucket keeps the mean time, the largest spread and is noisy if any of its generations is.
+    """
+    if gens.empty or "baseline_time_us" not in gens.columns:
+        return pd.DataFrame(columns=NOISE_COLS)
+    df = gens[[c for c in NOISE_COLS if c in gens.columns]].copy()
+    df = df[pd.to_numeric(df["baseline_time_us"], errors="coerce").notna()].sort_values("generation")
+    if df.empty:
+        return pd.DataFrame(columns=NOISE_COLS)
+    for col in NOISE_COLS[1:4]:
+        df[col] = pd.to_numeric(df.get(col), errors="coerce")
+    df["noisy"] = df["noisy"].fillna(False).astype(bool) if "noisy" in df else False
+    df = df.reset_index(drop=True)
+    bucket = _bucket(df, max_points)
+    if bucket is None:
+        return df[NOISE_COLS]
+    return df.groupby(bucket.values).agg(generation=("generation", "last"), baseline_time_us=("baseline_time_us", "mean"),
+                                         baseline_spread_us=("baseline_spread_us", "max"),
+                                         baseline_rel_spread=("baseline_rel_spread", "max"),
+                                         noisy=("noisy", "any")).reset_index(drop=True)
+
+
+def noise_summary(gens: pd.DataFrame) -> dict[str, Any] | None:
+    """The machine's noise for the Monitor's metric: the last generation's baseline relative
+    spread and primary, and how many of the re-timed generations were noisy (None before any)."""
+    df = baseline_noise(gens, max_points=len(gens) or 1)
+    if df.empty:
+        return None
+    last = gens.sort_values("generation").iloc[-1]
+    primary = last.get("baseline_primary")
+    return {"rel_spread": _num(df["baseline_rel_spread"].iloc[-1]), "noisy": int(df["noisy"].sum()),
+            "measured": len(df), "last_noisy": bool(df["noisy"].iloc[-1]),
+            "primary": primary if isinstance(primary, str) else None,
+            "time_us": _num(df["baseline_time_us"].iloc[-1])}
+
+
+def timing_caption(last: Any, noise: dict[str, Any] | None) -> str:
+    """`` · champion 6.13 µs, median of 4 timings (IQR 0.02 µs) · baseline numpy 3.94 µs ±2.4 %`` for
+    the last generation's row ``last`` (empty for a run from before re-timing)."""
+    text = ""
+    n = _num(last.get("champion_samples"))
+    if n:
+        spread = _num(last.get("champion_spread_us"))
+        text += (f" · champion {fmt_time_us(_num(last.get('champion_time_us')))}, median of {int(n)} "
+                 f"timing{'s' if n > 1 else ''}" + (f" (IQR {fmt_time_us(spread)})" if spread is not None and n > 1 else ""))
+    if noise and noise["time_us"] is not None:
+        text += (f" · baseline {noise['primary'] or ''} {fmt_time_us(noise['time_us'])}"
+                 f" ±{100 * (noise['rel_spread'] or 0):.1f} %" + (" (noisy)" if noise["last_noisy"] else ""))
+    return text
+
+
 def _causes(value: Any) -> dict[str, int]:
     if isinstance(value, dict):
         return value

@@ -20,7 +20,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from core.bounds import check_fits
 from core.config import FIELDS, ConfigError, RunConfig
+from core.devicelock import device_holder
 from core.objectives import OBJECTIVES
 from dashboard.runs import all_runs, load_json
 from dashboard.settings import REPO_ROOT
@@ -107,7 +109,9 @@ def build_config(values: dict[str, Any]) -> RunConfig:
         want = type(FIELDS[name].default)
         if want is int and isinstance(value, float) and value.is_integer():
             raw[name] = int(value)
-    return RunConfig.from_dict(raw)
+    cfg = RunConfig.from_dict(raw)
+    check_fits(cfg)  # the CLI's own bound: a problem too big for the device's memory is a ConfigError here too
+    return cfg
 
 
 def run_args(cfg: RunConfig) -> list[str]:
@@ -165,7 +169,9 @@ def busy_reason(runs: Path, backend: str, device: int, last_launch_at: float | N
     """Why a new run on ``backend:device`` must not start now, or None.
 
     Refuses a second click within a few seconds of a launch, a run this dashboard started that is
-    still alive on the device, and any run whose heartbeat says it is running or paused there.
+    still alive on the device, the device's lock held by any run, bench or check
+    (:mod:`core.devicelock`: ``cuda`` and ``triton`` share a GPU's lock), and any run whose
+    heartbeat says it is running or paused there.
     """
     if last_launch_at is not None and time.time() - last_launch_at < DOUBLE_CLICK_S:
         return "A run was started from this page a moment ago; open Monitor to watch it."
@@ -174,6 +180,9 @@ def busy_reason(runs: Path, backend: str, device: int, last_launch_at: float | N
             if item.alive() and (item.backend, item.device) == (backend, device):
                 what = "a benchmark of run" if key.startswith("bench:") else "run"
                 return f"Device {backend}:{device} is busy: {what} {item.run_id} started from this dashboard is still running."
+    holder = device_holder(runs, backend, device)  # the lock the CLI takes: a non-blocking try, nothing written
+    if holder:
+        return holder[:1].upper() + holder[1:] + "."
     for row in all_runs(runs):
         if row.get("status") not in BUSY_STATUSES:
             continue

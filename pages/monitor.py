@@ -86,13 +86,20 @@ def body() -> None:
     hb = reader.heartbeat()
     prog = data.progress(cfg, gens, hb)
     best = gens["best_fitness"].max() if not gens.empty else None
-    m = st.columns([1.3, 1, 1, 1.1, 1, 1])
+    noise = data.noise_summary(gens)
+    m = st.columns([1.3, 1, 1, 1.1, 1, 1, 1.1])
     m[0].metric("Status", ui.status_badge(status))
     m[1].metric("Generation", f"{prog['done']} / {prog['target']}" if prog["target"] else f"{prog['done']}")
     m[2].metric("Best fitness", f"{best:.4f}" if best is not None else "—")
     m[3].metric("Elapsed", data.duration(prog["elapsed_s"]))
     m[4].metric("ETA", data.duration(prog["eta_s"]) if status in LIVE_STATUSES else "—")
     m[5].metric("Evaluations / s", f"{prog['evals_per_s']:.2f}" if prog["evals_per_s"] is not None else "—")
+    m[6].metric("Baseline noise", f"±{100 * noise['rel_spread']:.1f} %" if noise and noise["rel_spread"] is not None else "—",
+                delta=f"{noise['noisy']} of {noise['measured']} generations noisy" if noise else None,
+                delta_color="inverse" if noise and noise["noisy"] else "off",
+                help="The baseline is timed several times in every generation, between the candidates: its spread "
+                     "(drift between those timings or jitter within one, over its median) in the last generation. "
+                     "A generation whose spread exceeds 5 % is noisy: its speed ratios are not to be trusted.")
     phase = (hb or {}).get("phase") if status in LIVE_STATUSES else ""
     st.progress(prog["fraction"], text=prog["label"] + (f" · {phase}" if phase else ""))
     if status in LIVE_STATUSES:
@@ -106,10 +113,11 @@ def body() -> None:
         st.caption(f"Champion `{last.get('champion_hash', '?')}` · best time {data.fmt_time_us(last.get('best_time_us'))}"
                    f" · best memory {data.fmt_bytes(last.get('best_memory_bytes'))}"
                    f" · last generation: {int(last.get('n_evaluated', 0) or 0)} new candidates evaluated,"
-                   f" {int(last.get('n_lethal', 0) or 0)} lethal")
+                   f" {int(last.get('n_lethal', 0) or 0)} lethal" + data.timing_caption(last, noise))
     left, right = st.columns(2)
     left.plotly_chart(charts.fitness(data.fitness_curves(gens)), key="chart_fitness", config={"displaylogo": False})
-    right.plotly_chart(charts.time_and_memory(data.series(gens, ["best_time_us", "best_memory_bytes"], "min")),
+    right.plotly_chart(charts.time_and_memory(data.series(gens, ["best_time_us", "best_memory_bytes"], "min"),
+                                              data.baseline_noise(gens)),
                        key="chart_time_memory", config={"displaylogo": False})
     left, right = st.columns(2)
     left.plotly_chart(charts.lethal(data.lethal_causes(gens)), key="chart_lethal", config={"displaylogo": False})

@@ -19,7 +19,7 @@ import duckdb
 import pandas as pd
 
 from store.runs import CONFIG, HEARTBEAT, LIVE, LOG, effective_status, read_json
-from store.schema import LEGACY_TERMS, StoreError, columns, empty_frame, term_names
+from store.schema import LEGACY_TERMS, StoreError, columns, empty_frame, fill_missing, term_names
 
 _PART = re.compile(r"^(?:gen_(\d{8})|chunk_(\d{8})_(\d{8}))\.parquet$")
 _RETRIES = 5
@@ -56,7 +56,8 @@ def live_parts(folder: Path, include_covered: bool = False) -> list[Part]:
 class RunReader:
     """Read-only view of one run folder, safe while the worker writes it.
 
-    Frames keep JSON columns (genome, parents, resources, lethal_causes...) as JSON text.
+    Frames keep JSON columns (genome, parents, resources, lethal_causes...) as JSON text. A run
+    written before a column was added (:data:`store.schema.ADDED`) reads with that column null.
     """
 
     def __init__(self, run_dir: Path | str):
@@ -99,9 +100,9 @@ class RunReader:
     def generations(self, columns: list[str] | None = None) -> pd.DataFrame:
         """One row per committed generation, in order (empty frame before the first commit)."""
         path = self.path / LIVE / "generations.parquet"
-        cols = _select(columns, "generations", None)
+        _select(columns, "generations", None)
         return self._query("generations", lambda: [path] if path.exists() else [],
-                           f"SELECT {cols} FROM read_parquet($files) ORDER BY generation", {}, columns)
+                           "SELECT {cols} FROM read_parquet($files) ORDER BY generation", {}, columns)
 
     def individuals(self, generation: int | None = None, columns: list[str] | None = None) -> pd.DataFrame:
         """Individuals of one generation (only its file is read), or of every generation.
@@ -109,24 +110,31 @@ class RunReader:
         ``columns`` picks columns (an extension of the contract: the whole history of 5,000
         generations is cheap with a few numeric columns, not with every genome's JSON).
         """
-        cols = _select(columns, "individuals", self.terms)
+        _select(columns, "individuals", self.terms)
         if generation is None:
             return self._query("individuals", lambda: self._files("individuals"),
-                               f"SELECT {cols} FROM read_parquet($files, union_by_name = true)", {}, columns)
+                               "SELECT {cols} FROM read_parquet($files, union_by_name = true)", {}, columns)
         g = int(generation)
         return self._query("individuals", lambda: self._files("individuals", g),
-                           f"SELECT {cols} FROM read_parquet($files, union_by_name = true) WHERE generation = $g",
+                           "SELECT {cols} FROM read_parquet($files, union_by_name = true) WHERE generation = $g",
                            {"g": g}, columns)
 
     def top(self, k: int = 5) -> pd.DataFrame:
-        """The ``k`` fittest ok individuals over all generations, one row per kernel (its best showing)."""
+        """The ``k`` fittest ok individuals, one row per kernel: its latest row.
+
+        A kernel's latest row is its most trusted: an elite is timed again in every generation and
+        its time is the median of all its timings, so its best single showing would be luck. (In a
+        run from before re-timing every row of a kernel has the same measurements.) A kernel whose
+        latest measurement failed is left out.
+        """
         # Rank on a few columns over every file, then read whole rows only from the winners' files.
         best = self._query(
             "individuals", lambda: self._files("individuals"),
-            "SELECT generation, genome_hash FROM read_parquet($files, union_by_name = true) "
-            "WHERE status = 'ok' AND fitness IS NOT NULL "
+            "SELECT generation, genome_hash FROM ("
+            "SELECT generation, genome_hash, status, fitness FROM read_parquet($files, union_by_name = true) "
             "QUALIFY row_number() OVER (PARTITION BY coalesce(source_hash, genome_hash) "
-            "ORDER BY fitness DESC, generation) = 1 "
+            "ORDER BY generation DESC, fitness DESC NULLS LAST, genome_hash) = 1) "
+            "WHERE status = 'ok' AND fitness IS NOT NULL "
             "ORDER BY fitness DESC, generation, genome_hash LIMIT $k", {"k": int(k)}, ["generation", "genome_hash"])
         if best.empty:
             return empty_frame("individuals", terms=self.terms)
@@ -179,13 +187,31 @@ class RunReader:
         return [p.path for p in parts]
 
     def _query(self, dataset: str, files, sql: str, params: dict, cols: list[str] | None) -> pd.DataFrame:
+        """Run ``sql`` over the live files; a ``{cols}`` in it becomes the columns asked for, and
+        asked-for columns that the files predate come back null."""
+        terms = self.terms if dataset == "individuals" else None
         for attempt in range(_RETRIES):
             paths = files()
             if not paths:
                 return empty_frame(dataset, cols, self.terms)
+            args = {**params, "files": [str(p) for p in paths]}
             try:
                 with self._mutex:
-                    return self._con.sql(sql, params={**params, "files": [str(p) for p in paths]}).df()
+                    try:
+                        frame = self._con.sql(sql.replace("{cols}", _select(cols, dataset, terms)), params=args).df()
+                    except duckdb.BinderException:
+                        if not cols or "{cols}" not in sql:
+                            raise
+                        present = {r[0] for r in self._con.sql(
+                            "DESCRIBE SELECT * FROM read_parquet($files, union_by_name = true)",
+                            params={"files": args["files"]}).fetchall()}
+                        have = [c for c in cols if c in present]
+                        frame = self._con.sql(sql.replace("{cols}", _select(have, dataset, terms) if have else "1 AS _none"),
+                                              params=args).df()
+                if "{cols}" not in sql:
+                    return frame
+                frame = fill_missing(frame, dataset, cols, terms)
+                return frame[list(cols)] if cols else frame
             except duckdb.IOException:
                 if attempt == _RETRIES - 1 or all(p.exists() for p in paths):
                     raise

@@ -2,7 +2,9 @@
 
 One column list per table drives everything: the DDL, the Arrow schema the writer builds rows
 with, the empty frames the reader returns before anything is committed. Change a column here and
-bump :data:`SCHEMA_VERSION`.
+bump :data:`SCHEMA_VERSION`. Columns are only ever added, at the end of their table, and listed
+in :data:`ADDED`: the writer adds them to an older database it opens (null in the old rows), and the
+reader fills them with nulls for live files written before them.
 
 The individuals table has one ``<name>_term`` column per fitness objective of the run, named by the
 keys of the run configuration's ``weights`` (:func:`term_names`); every function here that depends
@@ -18,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class StoreError(Exception):
@@ -44,10 +46,16 @@ _INDIVIDUALS_HEAD = _cols(
     "cause VARCHAR, fitness DOUBLE, time_us DOUBLE, time_spread_us DOUBLE, memory_bytes BIGINT,"
     "extra_bytes BIGINT, onchip_bytes BIGINT, stability DOUBLE"
 )
+# Version 2, re-timing (core/retiming.py): ``time_us`` is the median of ``time_samples_us`` (every
+# timing of the genome in the run, a JSON list kept as text); ``remeasured``: an elite timed again.
+# The checked protocol: ``phases`` (seconds per phase, JSON text), the three parts of stability, and
+# ``shape_errors`` (the worst error on each verification shape, JSON text).
+_INDIVIDUALS_V2 = _cols("time_samples_us VARCHAR, remeasured BOOLEAN, phases VARCHAR, determinism DOUBLE,"
+                        "steadiness DOUBLE, error_margin DOUBLE, shape_errors VARCHAR")
 _INDIVIDUALS_TAIL = _cols(
     "pareto_rank BIGINT, source_hash VARCHAR, compile_s DOUBLE, eval_s DOUBLE,"
     "max_abs_err DOUBLE, rel_err DOUBLE, resources JSON, reused BOOLEAN"
-)
+) + _INDIVIDUALS_V2
 
 
 def term_names(config: Mapping | None) -> tuple[str, ...]:
@@ -78,11 +86,21 @@ def individuals_columns(terms: Sequence[str] | None = None) -> list[tuple[str, s
 
 
 INDIVIDUALS = individuals_columns()
+# Version 2: the generation's own baseline (median of its interleaved timings, ``baseline_samples_us``
+# a JSON list kept as text), its spread and the ``noisy`` flag; elites re-timed; the champion's
+# median time, spread and number of timings.
+_GENERATIONS_V2 = _cols(
+    "baseline_primary VARCHAR, baseline_time_us DOUBLE, baseline_spread_us DOUBLE, baseline_rel_spread DOUBLE,"
+    "baseline_samples_us VARCHAR, noisy BOOLEAN, n_remeasured BIGINT, champion_time_us DOUBLE,"
+    "champion_spread_us DOUBLE, champion_samples BIGINT"
+)
 GENERATIONS = _cols(
     "generation BIGINT, best_fitness DOUBLE, mean_fitness DOUBLE, worst_fitness DOUBLE, n_evaluated BIGINT,"
     "n_lethal BIGINT, best_time_us DOUBLE, best_memory_bytes BIGINT, diversity DOUBLE, lethal_causes JSON,"
     "champion_hash VARCHAR, elapsed_s DOUBLE, evals_per_s DOUBLE, finished_at DOUBLE"
-)
+) + _GENERATIONS_V2
+# Columns added after version 1, per table, in table order (see the module docstring).
+ADDED = {"individuals": _INDIVIDUALS_V2, "generations": _GENERATIONS_V2}
 # ``generation`` is the generation that first used the kernel: it partitions live/kernels/.
 KERNELS = _cols(
     "source_hash VARCHAR, generation BIGINT, backend VARCHAR, entry VARCHAR, source VARCHAR, flags JSON,"
@@ -114,6 +132,26 @@ INSERT INTO schema_version VALUES ({SCHEMA_VERSION});
 """
 
 
+def migrate(con: Any) -> None:
+    """Bring an older run database (a DuckDB connection) to :data:`SCHEMA_VERSION`: add the columns
+    of :data:`ADDED` that it lacks (null in its rows), in one transaction."""
+    con.execute("BEGIN")
+    try:
+        for table, added in ADDED.items():
+            have = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+                                              [table]).fetchall()}
+            for name, kind in added:
+                if name not in have:
+                    con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+        con.execute("DELETE FROM schema_version")
+        con.execute(f"INSERT INTO schema_version VALUES ({SCHEMA_VERSION})")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("CHECKPOINT")
+
+
 def arrow_schema(table: str, terms: Sequence[str] | None = None) -> pa.Schema:
     """The Arrow schema of ``table``'s live Parquet files (no ``run_id``: one run per folder)."""
     return pa.schema([(name, _T[kind]) for name, kind in _spec(table, terms)])
@@ -140,6 +178,24 @@ def empty_frame(table: str, cols: list[str] | None = None, terms: Sequence[str] 
     """A frame with ``table``'s columns and dtypes and no rows."""
     frame = arrow_schema(table, terms).empty_table().to_pandas()
     return frame[cols] if cols else frame
+
+
+def fill_missing(frame: pd.DataFrame, table: str, cols: Sequence[str] | None = None,
+                 terms: Sequence[str] | None = None) -> pd.DataFrame:
+    """``frame`` with the columns of ``table`` (or just ``cols``) that it lacks added as nulls (NaN
+    for numbers, None otherwise), in the schema's order, any other columns after them: the live
+    files of a run written before a column was added read like new ones."""
+    kinds = dict(_spec(table, terms))
+    want = list(cols) if cols else list(kinds)
+    missing = [c for c in want if c not in frame.columns]
+    if not missing:
+        return frame
+    frame = frame.copy()
+    for c in missing:
+        numeric = kinds.get(c) in ("DOUBLE", "BIGINT")
+        frame[c] = pd.Series([float("nan") if numeric else None] * len(frame), index=frame.index,
+                             dtype="float64" if numeric else object)
+    return frame[want + [c for c in frame.columns if c not in want]]
 
 
 def json_text(value: Any) -> str | None:

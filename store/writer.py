@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from store.reader import live_parts
 from store.runs import (CONFIG, DB, HEARTBEAT, LIVE, LOCK, STATUSES, atomic_write_bytes, atomic_write_json,
                         fsync_dir, read_json, run_dir, this_process)
-from store.schema import SCHEMA_VERSION, StoreError, arrow_schema, ddl, select_list, term_names, to_arrow
+from store.schema import SCHEMA_VERSION, StoreError, arrow_schema, ddl, migrate, select_list, term_names, to_arrow
 
 log = logging.getLogger(__name__)
 _OWN_FIELDS = {"run_id", "pid", "host", "pid_start", "status", "message", "generation", "created_at", "updated_at"}
@@ -84,6 +84,7 @@ class RunWriter:
     def open(cls, path: Path | str) -> "RunWriter":
         """Open an existing run to resume it; StoreError (one line) if it is missing, corrupt or locked.
 
+        A database of an older schema version gets the columns added since (null in its rows).
         Brings ``live/`` up to date with the database before returning.
         """
         path = Path(path)
@@ -98,13 +99,15 @@ class RunWriter:
         try:
             con = duckdb.connect(str(path / DB))
             version = _one(con, "SELECT max(version) FROM schema_version")[0]
-            if version != SCHEMA_VERSION:
+            if version is None or version > SCHEMA_VERSION:
                 raise StoreError(f"run {path.name}: run.duckdb has schema version {version}, expected {SCHEMA_VERSION}")
             if _one(con, "SELECT count(*) FROM runs")[0] != 1:
                 raise StoreError(f"run {path.name}: run.duckdb has no run record")
             for table in ("runs", "generations", "individuals", "kernels", "ga_state"):
                 # read every block once, so a damaged file fails here, before live/ is touched
                 con.execute(f"SELECT count(*), max(hash(COLUMNS(*))) FROM {table}").fetchall()
+            if version < SCHEMA_VERSION:
+                migrate(con)
             writer = cls(path, con, lock_fd)
             writer._sync_live()
         except BaseException as exc:
@@ -201,12 +204,14 @@ class RunWriter:
         return {r["genome_hash"]: r for r in rows}
 
     def commit_generation(self, generation: int, individuals: list[dict], kernels: list[dict],
-                          summary: dict, state: dict) -> None:
+                          summary: dict, state: dict, baseline: dict | None = None) -> None:
         """Store one generation in a single transaction, then mirror it to live/ and heartbeat.
 
         ``individuals``/``kernels``/``summary`` use the row keys of docs/CONTRACTS.md (missing keys
         are stored as null, unknown keys ignored); kernels already stored are skipped. ``state`` must
-        be JSON-serialisable. StoreError when ``generation`` is not after the last committed one.
+        be JSON-serialisable. ``baseline``, the generation's baseline record, becomes the run's
+        (:meth:`baseline`, ``live/baseline.json``) in the same transaction. StoreError when
+        ``generation`` is not after the last committed one.
         """
         generation = int(generation)
         now = time.time()
@@ -217,6 +222,7 @@ class RunWriter:
         except (TypeError, ValueError) as exc:
             raise StoreError(f"GA state of generation {generation} is not JSON-serialisable: {exc}") from None
         unique = {k["source_hash"]: k for k in kernels if k.get("source_hash")}
+        baseline_text = None if baseline is None else json.dumps(baseline, sort_keys=True, default=str)
         with self._mutex:
             con = self._db
             if self._live_dirty:
@@ -241,7 +247,7 @@ class RunWriter:
                 con.execute("INSERT INTO kernels SELECT * FROM _ker")
                 con.execute("INSERT INTO ga_state VALUES (?, ?, ?)", [self.run_id, generation, state_text])
                 con.execute("DELETE FROM ga_state WHERE generation <= ?", [generation - KEEP_STATES])
-                con.execute("UPDATE runs SET updated_at = ?", [now])
+                con.execute("UPDATE runs SET updated_at = ?, baseline = coalesce(?, baseline)", [now, baseline_text])
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
@@ -251,6 +257,8 @@ class RunWriter:
                     con.unregister(name)
             self._generation = generation
             try:
+                if baseline_text is not None:
+                    atomic_write_json(self._live / "baseline.json", json.loads(baseline_text))
                 self._write_part("individuals", generation, ind)
                 if new.num_rows:
                     self._write_part("kernels", generation, new)

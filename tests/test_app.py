@@ -436,3 +436,51 @@ def test_run_folders_from_the_h200_open_in_the_dashboard(h200_runs, run_id, page
     assert run_id in shown or page in ("genomes", "benchmark")
     if page == "benchmark":
         assert ("cublas" if "gemm" in run_id else "vllm_native_compile") in shown.lower()
+
+
+# -- the machine's noise ---------------------------------------------------------------------------
+def test_monitor_shows_the_baseline_noise_and_marks_noisy_generations(runs):
+    from store.runs import new_run_id
+    from store.writer import RunWriter
+
+    config = {"workload": "gemm", "backend": "c", "device": 0, "population": 2, "generations": 3,
+              "problem": {"m": 64, "n": 64, "k": 64}}
+    w = RunWriter.create(runs, new_run_id("gemm", "c"), config)
+    try:
+        for g, (t, rel) in enumerate([(100.0, 0.01), (180.0, 0.4), (101.0, 0.08)]):
+            rows = [{"genome_hash": f"h{i}", "genome": {"parallel_config": {"tile": i}}, "origin": "random",
+                     "status": "ok", "fitness": 0.5 + i, "time_us": 50.0, "memory_bytes": 1000, "stability": 1.0,
+                     "pareto_rank": 0, "remeasured": bool(g and i), "time_samples_us": "[50.0]"} for i in range(2)]
+            summary = {"best_fitness": 1.5, "mean_fitness": 1.0, "worst_fitness": 0.5, "n_evaluated": 2 - bool(g),
+                       "n_lethal": 0, "best_time_us": 50.0, "best_memory_bytes": 1000, "champion_hash": "h1",
+                       "baseline_primary": "numpy", "baseline_time_us": t, "baseline_spread_us": rel * t,
+                       "baseline_rel_spread": rel, "baseline_samples_us": json.dumps([t] * 3), "noisy": rel > 0.05,
+                       "n_remeasured": int(bool(g)), "champion_time_us": 50.0, "champion_spread_us": 0.5,
+                       "champion_samples": g + 1}
+            w.commit_generation(g, rows, [], summary, {"rng": []})
+        w.set_status("finished")
+    finally:
+        w.close()
+    at = app("monitor")
+    assert metric(at, "Baseline noise") == "±8.0 %"
+    delta = next(m.delta for m in at.metric if m.label == "Baseline noise")
+    assert delta == "2 of 3 generations noisy"
+    caption = texts(at)
+    assert "champion 50.0 µs, median of 3 timings (IQR 0.5 µs)" in caption and "baseline numpy 101.0 µs ±8.0 % (noisy)" in caption
+    figure = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "Best time" in c.proto.spec)
+    names = [trace.get("name") for trace in figure["data"]]
+    assert "baseline (µs)" in names and "noisy generation (spread > 5 %)" in names
+    noisy = next(trace for trace in figure["data"] if trace.get("name", "").startswith("noisy"))
+    xs = noisy["x"]
+    if isinstance(xs, dict):  # Plotly 6 sends arrays base64-encoded
+        import base64
+
+        import numpy as np
+
+        xs = np.frombuffer(base64.b64decode(xs["bdata"]), dtype=xs["dtype"]).tolist()
+    assert list(xs) == [1, 2]
+
+
+def test_a_run_from_before_retiming_shows_no_noise(populated):
+    at = app("monitor")
+    assert metric(at, "Baseline noise") == "—"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, diff
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, diff, with_gene
 from core.operators import crossover, crossover_sequence, make_valid, mutate
 
 SEQ = SequenceGene("main_loop", required=("LDG", "FFMA", "STG"), optional=("SYNC", "PREFETCH"),
@@ -118,3 +118,67 @@ def test_gene_space_requires_all_four_groups():
     with pytest.raises(ValueError, match="instruction_sequence"):
         GeneSpace(groups={"parallel_config": (ChoiceGene("b", (1,)),), "memory_pattern": (ChoiceGene("v", (1,)),),
                           "register_allocation": (ChoiceGene("r", (1,)),)})
+
+
+# ---- canonical genomes ----------------------------------------------------------------------------
+
+def _scalar_layout(g: Genome) -> Genome:
+    # toy rule: one element per access has no layout to choose
+    return with_gene(g, "memory_pattern", "layout", "coalesced") if g.get("memory_pattern", "vector") == 1 else g
+
+
+def canonical_space() -> GeneSpace:
+    base = toy_space()
+    seeds = base.seeds + ({**base.seeds[0], "memory_pattern": {"vector": 1, "layout": "strided"}},
+                          {**base.seeds[0], "memory_pattern": {"vector": 1, "layout": "coalesced"}})
+    return GeneSpace(base.groups, base.constraints, seeds, canonicalisers=(_scalar_layout,))
+
+
+def test_twins_have_one_canonical_genome_and_one_hash():
+    space = canonical_space()
+    a = space.seed_genomes()[0].replace("memory_pattern", "vector", 1)
+    b = a.replace("memory_pattern", "layout", "strided")
+    assert a != b and a.hash != b.hash  # twins: they differ only in a gene that does not apply
+    assert space.canonical(a) == space.canonical(b) and space.canonical(a).hash == space.canonical(b).hash
+    assert space.canonical(space.canonical(b)) == space.canonical(b)  # a fixed point
+    applies = a.replace("memory_pattern", "vector", 4)
+    assert space.canonical(applies) == applies and space.canonical(applies.replace("memory_pattern", "layout", "strided")) != applies
+
+
+def test_random_seed_and_repaired_genomes_come_canonical():
+    space, rng = canonical_space(), random.Random(7)
+    seeds = space.seed_genomes()
+    assert all(space.canonical(g) == g for g in seeds)
+    assert len(seeds) == 2, "two seeds that are twins are one seed"
+    drawn = [space.random(rng) for _ in range(200)]
+    assert all(space.canonical(g) == g and space.validate(g) is None for g in drawn)
+    assert any(g.get("memory_pattern", "vector") == 1 for g in drawn)
+    for _ in range(300):
+        child = make_valid(mutate(crossover(rng.choice(drawn), rng.choice(drawn), space, rng), space, 0.3, rng), space, rng)
+        if child is not None:
+            assert space.canonical(child) == child and space.validate(child) is None
+
+
+def test_mutation_of_a_gene_that_does_not_apply_does_not_count():
+    space, rng = canonical_space(), random.Random(5)
+    g = space.seed_genomes()[0].replace("memory_pattern", "vector", 1)
+    for _ in range(100):
+        assert space.canonical(mutate(g, space, 0.0, rng)) != g
+
+
+def test_canonicalisers_that_never_settle_are_a_gene_space_bug():
+    def flip(g: Genome) -> Genome:
+        return g.replace("parallel_config", "grid", 2 if g.get("parallel_config", "grid") == 1 else 1)
+
+    base = toy_space()
+    space = GeneSpace(base.groups, base.constraints, base.seeds, canonicalisers=(flip,))
+    with pytest.raises(RuntimeError, match="fixed point"):
+        space.canonical(Genome(base.seeds[0]))
+
+
+def test_with_gene_returns_the_genome_itself_when_nothing_changes():
+    g = toy_space().seed_genomes()[0]
+    assert with_gene(g, "parallel_config", "block", 128) is g
+    assert with_gene(g, "register_allocation", "regs", "acc", key="R1") is g
+    assert with_gene(g, "instruction_sequence", "main_loop", ["LDG", "FFMA", "STG"]) is g
+    assert with_gene(g, "register_allocation", "regs", "tmp", key="R1")["register_allocation"]["regs"]["R1"] == "tmp"

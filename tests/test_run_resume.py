@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -32,25 +33,41 @@ def generations(run_dir: Path):
     return RunReader(run_dir).generations()
 
 
-def test_run_finishes_best_never_drops_and_champion_exports(tmp_path):
+def test_run_finishes_retimes_its_elites_and_champion_exports(tmp_path):
     r = run_cli("run", "--workload", "gemm", "--backend", "c", "--population", "6", "--generations", "3",
                 "--seed", "1", "--problem", TINY, "--runs-dir", str(tmp_path))
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.strip().splitlines()
     assert lines[0].startswith("run ")
     run_id = lines[0].split()[1]
-    assert sum(line.startswith("gen ") for line in lines) == 3
+    gen_lines = [line for line in lines if line.startswith("gen ")]
+    assert len(gen_lines) == 3 and all(" baseline numpy " in line and "(3 timings)" in line for line in gen_lines)
+    assert "re-timed 2" in gen_lines[1] and " median of " in gen_lines[1]
     gens = generations(tmp_path / run_id)
-    assert list(gens["generation"]) == [0, 1, 2]
-    best = list(gens["best_fitness"])
-    assert all(b2 >= b1 for b1, b2 in zip(best, best[1:])) and best[0] > 0
+    assert list(gens["generation"]) == [0, 1, 2] and gens["best_fitness"].iloc[0] > 0
 
     from store.reader import RunReader
 
     reader = RunReader(tmp_path / run_id)
+    # every generation has its own baseline: the median of 3 timings interleaved with the candidates
+    for _, g in gens.iterrows():
+        samples = json.loads(g["baseline_samples_us"])
+        assert len(samples) == 3 and g["baseline_time_us"] == pytest.approx(statistics.median(samples))
+        assert g["baseline_primary"] == "numpy" and g["noisy"] == (g["baseline_rel_spread"] > 0.05)
+    inds = reader.individuals()
+    for g in (1, 2):  # the champion is carried into the next generation and timed again there
+        prev_champion = gens["champion_hash"].iloc[g - 1]
+        row = inds[(inds["generation"] == g) & (inds["genome_hash"] == prev_champion)].iloc[0]
+        assert row["origin"] == "elite" and row["remeasured"] and not row["reused"]
+        samples = json.loads(row["time_samples_us"])
+        assert len(samples) >= 2 and (row["status"] != "ok" or row["time_us"] == pytest.approx(statistics.median(samples)))
+        here = inds[inds["generation"] == g]
+        assert gens["n_evaluated"].iloc[g] == (~here["remeasured"] & ~here["reused"]).sum()  # a re-timing is not new
+        assert gens["n_remeasured"].iloc[g] == here["remeasured"].sum() == 2
     assert reader.status() == "finished"
     champ = reader.champion()
     assert champ["status"] == "ok" and champ["source"]
+    assert champ["time_us"] == pytest.approx(statistics.median(json.loads(champ["time_samples_us"])))
 
     out = tmp_path / "export"
     r = run_cli("export", run_id, "--out", str(out), "--runs-dir", str(tmp_path))
@@ -115,15 +132,17 @@ def test_kill_9_then_resume_loses_no_committed_generation(tmp_path):
     assert all(isinstance(json.loads(r), dict) for r in after["resources"].dropna())  # not double-encoded
     gens = RunReader(run_dir).generations()
     assert list(gens["generation"]) == list(range(7))
+    assert gens["baseline_time_us"].notna().all() and gens["n_remeasured"].iloc[1:].gt(0).all()
     assert RunReader(run_dir).status() == "finished"
 
 
-def test_hours_budget_ends_the_run(tmp_path):
+def test_hours_budget_ends_the_run_and_random_init_places_no_seed(tmp_path):
     r = run_cli("run", "--workload", "rmsnorm", "--backend", "c", "--population", "3", "--generations", "0",
-                "--hours", "0.0001", "--problem", '{"rows": 8, "cols": 64}', "--runs-dir", str(tmp_path))
+                "--hours", "0.0001", "--init", "random", "--problem", '{"rows": 8, "cols": 64}', "--runs-dir", str(tmp_path))
     assert r.returncode == 0, r.stderr[-2000:]
     run_dir = tmp_path / r.stdout.split()[1]
     from store.reader import RunReader
 
     assert RunReader(run_dir).status() == "finished"
     assert len(RunReader(run_dir).generations()) == 1  # 0.36 s is spent by the first generation
+    assert set(RunReader(run_dir).individuals(0)["origin"]) == {"random"}  # --init random: random search's start

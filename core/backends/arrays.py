@@ -25,6 +25,7 @@ class CheckResult:
     max_abs_err: float = 0.0
     rel_err: float = 0.0
     detail: str = ""
+    margin_used: float = 0.0  # max over elements of |err| / (atol + rtol |ref|): 1.0 is the edge of tolerance
 
 
 class Arrays(ABC):
@@ -90,6 +91,29 @@ class Arrays(ABC):
     @abstractmethod
     def peak_extra_bytes(self, fn: Callable[[], Any]) -> int:
         """Peak bytes ``fn()`` allocates beyond what was live before it ran."""
+
+    # -- perturbing and checking timed launches (core/evaluation/checks.py) ----------------------
+    @abstractmethod
+    def index_table(self, rows: list[list[int]]) -> Any:
+        """A (P, n) int64 array of index rows on this device."""
+
+    @abstractmethod
+    def choose(self, table: Any, rng: Any) -> tuple[Any, Any]:
+        """(index, row) of a random row of ``table``; on a GPU drawn on the device (graph-safe), so
+        each replay of a captured launch draws afresh."""
+
+    @abstractmethod
+    def take_into(self, dst: Any, src: Any, row: Any, axis: int) -> None:
+        """``dst = src`` with its ``axis`` permuted by ``row``."""
+
+    @abstractmethod
+    def count_outside(self, out: Any, ref: Any, atol: float, rtol: float) -> tuple[Any, Any]:
+        """On the device, without a host sync: (elements of ``out`` that are not finite, elements
+        with ``|out - ref| > atol + rtol |ref|``) as device scalars."""
+
+    @abstractmethod
+    def to_host(self, values: list) -> list[float]:
+        """Device scalars -> Python floats (one transfer)."""
 
     def synchronize(self) -> None:
         """Wait for queued work (a no-op where calls are synchronous)."""

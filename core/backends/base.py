@@ -130,10 +130,13 @@ class Runtime(ABC):
         """Wait for all launched work to finish and raise if it failed."""
 
     @abstractmethod
-    def time(self, fn: Callable[[int], None], reps: int, warmup: int) -> list[float]:
+    def time(self, fn: Callable[[int], None], reps: int, warmup: int,
+             before: Callable[[int], None] | None = None, after: Callable[[int], None] | None = None) -> list[float]:
         """Run ``fn(i)`` ``warmup`` times, then time ``reps`` calls; return each call's seconds.
 
-        GPU runtimes time with device events; ``fn(i)`` lets the caller rotate inputs.
+        ``before(i)`` and ``after(i)`` run around every call (warm-up included) outside the timed
+        window: the harness poisons outputs, perturbs inputs and logs checks there. GPU runtimes
+        time with device events; ``fn(i)`` lets the caller rotate inputs.
         """
 
     def flush_cache(self) -> None:
@@ -155,7 +158,8 @@ class Backend(ABC):
       baselines and the generic harness's buffers come from it;
     * ``dtypes`` -- the element types its templates may be asked for;
     * ``sticky_errors`` -- whether a failed launch may leave the device unusable, so the sandbox
-      restarts after any exception (CUDA errors are sticky).
+      restarts after any exception (CUDA errors are sticky);
+    * ``entry_kind`` -- what a kernel's entry point is, in words, for the entry contract.
     """
 
     name: ClassVar[str]
@@ -166,6 +170,7 @@ class Backend(ABC):
     arrays: ClassVar[str]
     dtypes: ClassVar[tuple[str, ...]]
     sticky_errors: ClassVar[bool]
+    entry_kind: ClassVar[str]
 
     @classmethod
     @abstractmethod

@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from core.backends import cache
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime, source_hash
 
 BASE_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp")
@@ -129,6 +130,7 @@ class CBackend(Backend):
     arrays = "numpy"
     dtypes = ("float32",)
     sticky_errors = False
+    entry_kind = "a C function, compiled to a shared object and called through ctypes"
 
     _key_locks: dict[str, threading.Lock] = {}
     _locks_guard = threading.Lock()
@@ -149,19 +151,29 @@ class CBackend(Backend):
         return source_hash(kernel, arch, self.device.versions.get("toolkit", ""))
 
     def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
-        """Build ``<cache_dir>/<hash>.so`` (cached); CompileError with the trimmed log on failure."""
-        cache_dir = Path(cache_dir)
+        """Build ``<cache_dir>/<hash>.so`` (cached); CompileError with the trimmed log on failure.
+
+        A cached ``.so`` is used only when ``<hash>.sha256`` beside it matches its bytes
+        (:mod:`core.backends.cache`); otherwise it is deleted and rebuilt. The artifact's path is
+        absolute: the sandbox loads it from a working directory of its own.
+        """
+        cache_dir = Path(cache_dir).absolute()
         cache_dir.mkdir(parents=True, exist_ok=True)
         key = self.cache_key(kernel)
         so_path = cache_dir / f"{key}.so"
         with self._lock_for(key):
+            rejected = ""
             if so_path.exists():
-                return self._artifact(kernel, key, so_path, 0.0, "cache hit")
+                why = cache.mismatch(cache_dir, key, [so_path])
+                if why is None:
+                    return self._artifact(kernel, key, so_path, 0.0, "cache hit")
+                rejected = cache.discard(cache_dir, key, [so_path], why) + "\n"
             c_path = cache_dir / f"{key}.c"
             _atomic_write(c_path, kernel.source)
             t0 = time.perf_counter()
-            log = _run_compiler(c_path, so_path, kernel.flags)
-            return self._artifact(kernel, key, so_path, time.perf_counter() - t0, log)
+            log, digest = _run_compiler(c_path, so_path, kernel.flags)
+            cache.record(cache_dir, key, {so_path.name: digest})
+            return self._artifact(kernel, key, so_path, time.perf_counter() - t0, rejected + log)
 
     def make_runtime(self) -> "CRuntime":
         return CRuntime(self.device)
@@ -198,11 +210,6 @@ def _cpu_device(cc: tuple[str, ...]) -> DeviceInfo:
                       arch=platform.machine(), versions=versions)
 
 
-def thread_options(cores: int) -> tuple[int, ...]:
-    """1, all cores and a few counts between; 2 even on one core, so that threading stays a gene."""
-    return tuple(sorted({1, 2, cores, *(c for c in (4, 8, 16, 32) if c < cores), max(1, cores // 2)}))
-
-
 def usable_cores() -> int:
     """Cores this process may run on (its affinity mask: taskset and containers narrow it)."""
     try:
@@ -217,8 +224,9 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> str:
-    """Compile to a temporary name, then move it into place; returns the compiler's log."""
+def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> tuple[str, str]:
+    """Compile to a temporary name, then move it into place; returns the compiler's log and the
+    SHA-256 of the object (hashed before it is moved into the shared cache)."""
     tmp = so_path.with_name(f".{so_path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.so.tmp")
     cmd = [*compiler_command(), *BASE_FLAGS, *flags, "-o", str(tmp), str(c_path), *LINK_FLAGS]
     # A session of its own, so a timeout kills cc1 and as too, not only the driver.
@@ -233,8 +241,9 @@ def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> str:
     if proc.returncode != 0 or not tmp.exists():
         tmp.unlink(missing_ok=True)
         raise CompileError(_trim(out) or f"compiler exited with status {proc.returncode}")
+    digest = cache.file_sha256(tmp)
     os.replace(tmp, so_path)
-    return _trim(out)
+    return _trim(out), digest
 
 
 class CRuntime(Runtime):
@@ -268,19 +277,24 @@ class CRuntime(Runtime):
     def synchronize(self) -> None:
         """Calls are synchronous on the CPU."""
 
-    def time(self, fn: Callable[[int], None], reps: int, warmup: int, flush: bool = False) -> list[float]:
-        """Seconds of each of ``reps`` calls after ``warmup`` calls; ``flush`` evicts caches before each
-        timed call (outside the timed window)."""
-        for i in range(warmup):
-            fn(i)
-        out: list[float] = []
+    def time(self, fn: Callable[[int], None], reps: int, warmup: int, before: Callable[[int], None] | None = None,
+             after: Callable[[int], None] | None = None, flush: bool = False) -> list[float]:
+        """Seconds of each of ``reps`` calls after ``warmup`` calls; ``before``/``after`` run around each
+        call and ``flush`` evicts caches before each timed call, all outside the timed window."""
         clock = time.perf_counter_ns
-        for i in range(reps):
-            if flush:
+        out: list[float] = []
+        for i in range(warmup + reps):
+            if before is not None:
+                before(i)
+            if flush and i >= warmup:
                 self.flush_cache()
             t0 = clock()
-            fn(warmup + i)
-            out.append((clock() - t0) * 1e-9)
+            fn(i)
+            t1 = clock()
+            if after is not None:
+                after(i)
+            if i >= warmup:
+                out.append((t1 - t0) * 1e-9)
         return out
 
     def flush_cache(self) -> None:

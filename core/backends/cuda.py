@@ -17,17 +17,18 @@ NVRTC needs no include paths and ``nvcc -ptx`` checks the same text on a machine
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+from core.backends import cache
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
 from core.backends.torch_runtime import TorchCudaRuntime
 
@@ -146,6 +147,7 @@ class CudaBackend(Backend):
     arrays = "torch"
     dtypes = ("bfloat16", "float16", "float32")
     sticky_errors = True
+    entry_kind = "an `extern \"C\" __global__` CUDA kernel, compiled by NVRTC"
     _lock = threading.Lock()
 
     @classmethod
@@ -161,12 +163,25 @@ class CudaBackend(Backend):
         return gpu_devices(cls.name)
 
     def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
+        """``<key>.cubin`` and ``<key>.json`` in ``cache_dir`` (absolute paths), used from the cache
+        only when ``<key>.sha256`` beside them matches both (else deleted and rebuilt)."""
         key = self.cache_key(kernel)
-        cache_dir = Path(cache_dir)
+        cache_dir = Path(cache_dir).absolute()
+        with cache.key_lock(cache_dir, key):
+            return self._compile(kernel, cache_dir, key)
+
+    def _compile(self, kernel: KernelSource, cache_dir: Path, key: str) -> Artifact:
         cubin, meta = cache_dir / f"{key}.cubin", cache_dir / f"{key}.json"
-        if cubin.exists() and meta.exists():
-            info = json.loads(meta.read_text())
-            return self._artifact(kernel, key, cubin, info["resources"], 0.0, info["log"])
+        rejected = ""
+        if cubin.exists() or meta.exists():
+            why = cache.mismatch(cache_dir, key, [cubin, meta])
+            if why is None:
+                try:
+                    info = json.loads(meta.read_text())
+                    return self._artifact(kernel, key, cubin, info["resources"], 0.0, info["log"])
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    why = f"{meta.name} unreadable ({type(exc).__name__})"
+            rejected = cache.discard(cache_dir, key, [cubin, meta], why) + "\n"
         options = [f"--gpu-architecture={self.device.arch}", *kernel.flags]
         t0 = time.perf_counter()
         try:
@@ -178,9 +193,12 @@ class CudaBackend(Backend):
         seconds = time.perf_counter() - t0
         resources = {**kernel.resources, **parse_ptxas(log)}
         cache_dir.mkdir(parents=True, exist_ok=True)
+        meta_bytes = json.dumps({"resources": resources, "log": log[-4000:]}).encode()
         _atomic_write(cubin, data)
-        _atomic_write(meta, json.dumps({"resources": resources, "log": log[-4000:]}).encode())
-        return self._artifact(kernel, key, cubin, resources, seconds, log)
+        _atomic_write(meta, meta_bytes)
+        cache.record(cache_dir, key, {cubin.name: hashlib.sha256(data).hexdigest(),
+                                      meta.name: hashlib.sha256(meta_bytes).hexdigest()})
+        return self._artifact(kernel, key, cubin, resources, seconds, rejected + log)
 
     @staticmethod
     def _artifact(kernel: KernelSource, key: str, path: Path, resources: dict, seconds: float, log: str) -> Artifact:
@@ -192,10 +210,7 @@ class CudaBackend(Backend):
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    cache.atomic_write(path, data)
 
 
 class CudaKernel:

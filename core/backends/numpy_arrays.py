@@ -66,13 +66,14 @@ class NumpyArrays(Arrays):
         norm = float(np.linalg.norm(ref))
         rel = float(np.linalg.norm(o - ref) / norm) if norm > 0 else max_abs
         limit = atol + rtol * np.abs(ref)
+        used = float((err / limit).max(initial=0.0))
         over = err > limit
         if over.any():
             idx = np.unravel_index(int(np.argmax(err - limit)), o.shape)
             return CheckResult(False, "wrong_result", max_abs, rel,
                                f"{int(over.sum())} of {o.size} outputs beyond tolerance, worst at {tuple(map(int, idx))}: "
-                               f"got {o[idx]:.6g}, want {ref[idx]:.6g}")
-        return CheckResult(True, "", max_abs, rel)
+                               f"got {o[idx]:.6g}, want {ref[idx]:.6g}", used)
+        return CheckResult(True, "", max_abs, rel, margin_used=used)
 
     def to_bytes(self, x) -> bytes:
         return np.ascontiguousarray(x).tobytes()
@@ -89,3 +90,22 @@ class NumpyArrays(Arrays):
             return int(tracemalloc.get_traced_memory()[1])
         finally:
             tracemalloc.stop()
+
+    def index_table(self, rows):
+        return np.asarray(rows, dtype=np.int64).reshape(len(rows), -1)
+
+    def choose(self, table, rng):
+        i = int(rng.integers(len(table)))
+        return i, table[i]
+
+    def take_into(self, dst, src, row, axis):
+        np.take(src, row, axis=axis, out=dst)
+
+    def count_outside(self, out, ref, atol, rtol):
+        o = np.asarray(out, dtype=np.float64)
+        finite = np.isfinite(o)
+        over = np.abs(o - ref) > atol + rtol * np.abs(ref)
+        return int(o.size - finite.sum()), int(np.count_nonzero(over & finite))
+
+    def to_host(self, values):
+        return [float(v) for v in values]

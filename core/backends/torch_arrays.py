@@ -78,13 +78,15 @@ class TorchArrays(Arrays):
         err = (o - ref).abs()
         max_abs = float(err.max()) if err.numel() else 0.0
         rel = float(torch.linalg.vector_norm(o - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-300))
-        over = err > atol + rtol * ref.abs()
+        limit = atol + rtol * ref.abs()
+        used = float((err / limit).max()) if err.numel() else 0.0
+        over = err > limit
         if bool(over.any()):
             idx = int(over.flatten().nonzero()[0])
             return CheckResult(False, "wrong_result", max_abs, rel,
                                f"{int(over.sum())} of {o.numel()} outputs beyond tolerance; first at flat index {idx}: "
-                               f"got {float(o.flatten()[idx]):.6g}, want {float(ref.flatten()[idx]):.6g}")
-        return CheckResult(True, "", max_abs, rel)
+                               f"got {float(o.flatten()[idx]):.6g}, want {float(ref.flatten()[idx]):.6g}", used)
+        return CheckResult(True, "", max_abs, rel, margin_used=used)
 
     def to_bytes(self, x) -> bytes:
         return x.contiguous().view(self.xp.uint8).cpu().numpy().tobytes()
@@ -105,6 +107,28 @@ class TorchArrays(Arrays):
         fn()
         cuda.synchronize()
         return max(0, cuda.max_memory_allocated() - before)
+
+    def index_table(self, rows):
+        return self.xp.tensor(rows, dtype=self.xp.int64, device=self.device).reshape(len(rows), -1)
+
+    def choose(self, table, rng):
+        # The default CUDA generator is graph-safe: a captured draw yields a new row at every replay.
+        idx = self.xp.randint(len(table), (1,), device=self.device)
+        return idx, table.index_select(0, idx).view(-1)
+
+    def take_into(self, dst, src, row, axis):
+        dst.copy_(src.index_select(axis, row))
+
+    def count_outside(self, out, ref, atol, rtol):
+        o = out.double()
+        finite = self.xp.isfinite(o)
+        over = ((o - ref).abs() > atol + rtol * ref.abs()) & finite
+        return (~finite).sum(), over.sum()
+
+    def to_host(self, values):
+        if not values:
+            return []
+        return [float(v) for v in self.xp.stack([self.xp.as_tensor(v, device=self.device).reshape(()) for v in values]).cpu()]
 
     def synchronize(self) -> None:
         if self.on_gpu:

@@ -46,59 +46,96 @@ class TorchCudaRuntime(Runtime):
             self._flush_buf = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         self._flush_buf.zero_()
 
-    def time(self, fn: Callable[[int], None], reps: int, warmup: int) -> list[float]:
-        """Seconds per call: CUDA events around each call; when a call is shorter than
-        :data:`GRAPH_BELOW_S`, also the replay time of a graph of :data:`GRAPH_CALLS` calls divided
-        by their number, and the faster of the two (by median) is returned. The same rule holds for
-        kernels and baselines: graphs remove Python launch cost that per-call events would count,
-        while cuBLAS picked slower kernels under capture on the H200 (4096^3 bf16: 171 us by events,
-        195 us in a graph), so neither method alone is fair to every callable."""
+    def time(self, fn: Callable[[int], None], reps: int, warmup: int,
+             before: Callable[[int], None] | None = None, after: Callable[[int], None] | None = None) -> list[float]:
+        """Seconds per call: CUDA events around each call, with ``before``/``after`` and an L2 flush
+        outside the events; when a call is shorter than :data:`GRAPH_BELOW_S`, also the replay time
+        of a graph of :data:`GRAPH_CALLS` prepared calls minus that of the preparation alone,
+        divided by their number, and the faster of the two (by median) is returned. The same rule
+        holds for kernels and baselines: graphs remove Python launch cost that per-call events would
+        count, while cuBLAS picked slower kernels under capture on the H200 (4096^3 bf16: 171 us by
+        events, 195 us in a graph), so neither method alone is fair to every callable. Under a graph
+        ``after`` is not called: the harness checks the last replay's outputs instead."""
+        before = before or _nothing
+        after = after or _nothing
         for i in range(warmup):
+            before(i)
             fn(i)
+            after(i)
         self.synchronize()
-        times = time_events(fn, reps, start=warmup)
+        times = time_events(fn, reps, start=warmup, before=before, after=after, flush=self.flush_cache)
         self.last_timing = "events"
         if self.graphs and statistics.median(times) < GRAPH_BELOW_S:
             try:
-                graph = time_graph(fn, reps)
+                graph = time_graph(fn, reps, before=before)
             except Exception:  # capture unsupported by this callable: keep the event timings
                 self.synchronize()
+                for i in range(GRAPH_CALLS):  # leave every case as an eager, logged launch left it
+                    before(i)
+                    fn(i)
+                    after(i)
             else:
                 if statistics.median(graph) < statistics.median(times):
                     times, self.last_timing = graph, "graph"
         return times
 
 
-def time_events(fn: Callable[[int], None], reps: int, start: int = 0) -> list[float]:
-    """Per-call device time (s) measured with a pair of CUDA events around each call."""
+def _nothing(_i: int) -> None:
+    return None
+
+
+def time_events(fn: Callable[[int], None], reps: int, start: int = 0, before: Callable[[int], None] = _nothing,
+                after: Callable[[int], None] = _nothing, flush: Callable[[], None] | None = None) -> list[float]:
+    """Per-call device time (s) measured with a pair of CUDA events around each call; ``before``,
+    ``flush`` and ``after`` are queued outside the pair."""
     import torch
 
     pairs = []
-    for i in range(reps):
+    for i in range(start, start + reps):
+        before(i)
+        if flush is not None:
+            flush()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        fn(start + i)
+        fn(i)
         e.record()
+        after(i)
         pairs.append((s, e))
     torch.cuda.synchronize()
     return [s.elapsed_time(e) * 1e-3 for s, e in pairs]
 
 
-def time_graph(fn: Callable[[int], None], reps: int, calls: int = GRAPH_CALLS) -> list[float]:
-    """Per-call device time (s) of ``calls`` launches captured in one CUDA graph, replayed ``reps`` times."""
+def time_graph(fn: Callable[[int], None], reps: int, calls: int = GRAPH_CALLS,
+               before: Callable[[int], None] = _nothing) -> list[float]:
+    """Per-call device time (s) of ``calls`` prepared launches captured in one CUDA graph, replayed
+    ``reps`` times, less the replay time of a graph of the preparations (``before``) alone."""
     import torch
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm-up on the capture stream, as torch asks
         for i in range(calls):
+            before(i)
             fn(i)
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    prep, full = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(prep):
         for i in range(calls):
+            before(i)
+    with torch.cuda.graph(full):  # captured last: the harness's record of each case is this graph's
+        for i in range(calls):
+            before(i)
             fn(i)
+    prep_times = _replay(prep, max(5, reps // 2))
+    full_times = _replay(full, reps)  # replayed last: the outputs left behind are a timed launch's
+    base = statistics.median(prep_times)
+    return [max(t - base, 0.0) / calls for t in full_times]
+
+
+def _replay(graph, reps: int) -> list[float]:
+    import torch
+
     graph.replay()
     torch.cuda.synchronize()
     pairs = []
@@ -109,7 +146,7 @@ def time_graph(fn: Callable[[int], None], reps: int, calls: int = GRAPH_CALLS) -
         e.record()
         pairs.append((s, e))
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1e-3 / calls for s, e in pairs]
+    return [s.elapsed_time(e) * 1e-3 for s, e in pairs]
 
 
 def current_stream_ptr() -> int:

@@ -13,6 +13,7 @@ Where each half runs:
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import itertools
 import os
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.backends import cache
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
 from core.backends.cuda import _atomic_write, gpu_devices, gpu_unavailable_reason
 from core.backends.torch_runtime import TorchCudaRuntime
@@ -38,6 +40,7 @@ class TritonBackend(Backend):
     arrays = "torch"
     dtypes = ("bfloat16", "float16", "float32")
     sticky_errors = True
+    entry_kind = "a Python module of `@triton.jit` kernels with a `launch(...)` function"
     _lock = threading.Lock()
 
     @classmethod
@@ -56,20 +59,40 @@ class TritonBackend(Backend):
         return gpu_devices(cls.name)
 
     def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
+        """``<key>.py`` in ``cache_dir`` (absolute path); a cached module is used only when its bytes
+        are the source's and ``<key>.sha256`` beside it matches (else deleted and rewritten)."""
         key = self.cache_key(kernel)
-        cache_dir = Path(cache_dir)
+        cache_dir = Path(cache_dir).absolute()
         path = cache_dir / f"{key}.py"
+        data = kernel.source.encode()
         t0 = time.perf_counter()
         try:
             compile(kernel.source, str(path), "exec")
         except SyntaxError as exc:
             raise CompileError(f"{exc.__class__.__name__}: {exc}") from None
-        if not path.exists():
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            _atomic_write(path, kernel.source.encode())
+        with cache.key_lock(cache_dir, key):
+            log = self._cached_module(cache_dir, key, path, data)
         return Artifact(backend=self.name, source_hash=key, entry=kernel.entry, path=str(path), launch=dict(kernel.launch),
-                        resources=dict(kernel.resources), compile_seconds=time.perf_counter() - t0,
-                        log="module written; Triton JIT-compiles it at its first launch in the sandbox")
+                        resources=dict(kernel.resources), compile_seconds=time.perf_counter() - t0, log=log)
+
+    @staticmethod
+    def _cached_module(cache_dir: Path, key: str, path: Path, data: bytes) -> str:
+        """Make ``path`` hold ``data`` with its sidecar; the compile log line."""
+        log = "module written; Triton JIT-compiles it at its first launch in the sandbox"
+        if path.exists():
+            why = cache.mismatch(cache_dir, key, [path])
+            if why is None:
+                try:
+                    why = None if path.read_bytes() == data else f"{path.name} is not the kernel's source"
+                except OSError as exc:
+                    why = f"{path.name} unreadable ({exc})"
+            if why is None:
+                return "cache hit; Triton JIT-compiles it at its first launch in the sandbox"
+            log = cache.discard(cache_dir, key, [path], why) + "\n" + log
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, data)
+        cache.record(cache_dir, key, {path.name: hashlib.sha256(data).hexdigest()})
+        return log
 
     def make_runtime(self) -> Runtime:
         return TritonRuntime(self.device.index)
@@ -142,14 +165,18 @@ class InterpreterRuntime(Runtime):
     def synchronize(self) -> None:
         """Interpreted launches are synchronous."""
 
-    def time(self, fn, reps: int, warmup: int) -> list[float]:
-        for i in range(warmup):
-            fn(i)
+    def time(self, fn, reps: int, warmup: int, before=None, after=None) -> list[float]:
         out = []
-        for i in range(reps):
+        for i in range(warmup + reps):
+            if before is not None:
+                before(i)
             t0 = time.perf_counter()
-            fn(warmup + i)
-            out.append(time.perf_counter() - t0)
+            fn(i)
+            t1 = time.perf_counter()
+            if after is not None:
+                after(i)
+            if i >= warmup:
+                out.append(t1 - t0)
         return out
 
 

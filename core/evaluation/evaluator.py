@@ -24,7 +24,7 @@ from core.evaluation.timing import TIMING_TARGET_S
 from core.genome import Genome
 
 MEASURES = ("time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes", "stability",
-            "max_abs_err", "rel_err")
+            "determinism", "steadiness", "error_margin", "max_abs_err", "rel_err")
 
 
 class Evaluator:
@@ -103,9 +103,12 @@ class Evaluator:
         self.close()
 
     def _spec(self) -> dict:
+        from core.bounds import sandbox_limits  # the CPU sandbox's rlimits (core/evaluation/sandbox.py applies them)
+
         return {"server": "core.evaluation.protocol:Protocol", "backend": self.config.backend,
                 "workload": self.config.workload, "problem": self.problem,
-                "stability_launches": self.config.stability_launches, "timing_target_s": self.timing_target_s}
+                "stability_launches": self.config.stability_launches, "timing_target_s": self.timing_target_s,
+                "limits": sandbox_limits(self.backend, self.config.timeout_s)}
 
     def _seed(self) -> int:
         return self._rng.getrandbits(62)
@@ -192,6 +195,8 @@ class Evaluator:
             value = reply.get(name)
             if value is not None and math.isfinite(value):  # inf error of a NaN output: the cause says it
                 setattr(ev, name, value)
+        ev.shape_errors = list(reply.get("shape_errors") or [])
+        ev.phases = {"compile": compile_s, **{k: float(v) for k, v in (reply.get("stages_s") or {}).items()}}
         return ev
 
 

@@ -98,6 +98,7 @@ class Harness:
                 return res
             worst.max_abs_err = max(worst.max_abs_err, res.max_abs_err)
             worst.rel_err = max(worst.rel_err, res.rel_err)
+            worst.margin_used = max(worst.margin_used, res.margin_used)
         return worst
 
     def output_bytes(self, case: Case) -> bytes:

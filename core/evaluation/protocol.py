@@ -1,6 +1,8 @@
 """The evaluation protocol, run inside the sandboxed evaluator process on one candidate at a time:
-load -> verify on every shape with fresh random inputs -> time (inputs rotated) -> check the timed
-outputs and the roofline -> stability (repeated launches, bit-compared) -> memory.
+load -> verify on every shape with fresh random inputs -> time, with every timed launch poisoned,
+fed freshly permuted inputs and checked (:mod:`core.evaluation.checks`) -> the physical floor
+(:mod:`core.evaluation.rooflines`) -> stability (repeated launches, bit-compared on the device)
+-> memory.
 
 Also times the library baselines the same way, on the same cases. Every status but ``ok`` is
 lethal; ``cause`` says why in one line.
@@ -15,10 +17,15 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from core.backends.base import Artifact, CompileError
+from core.evaluation.checks import LaunchChecks
 from core.evaluation.harness import Harness
 from core.evaluation.record import one_line
+from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks
 from core.evaluation.timing import (TIMING_TARGET_S, adaptive_times, median_iqr_us, rotation,
                                     timing_case_count)
+
+
+SUSPECT_REMEASURES = 3  # peak measurements before a candidate faster than the floor is called suspect
 
 
 class Failure(Exception):
@@ -46,14 +53,26 @@ class Protocol:
         self.problem = dict(spec["problem"])
         self.template = self.workload.template(spec["backend"], self.problem, self.device)
         self.harness = Harness(self.workload, self.template, self.runtime, self.problem)
+        self.arrays = self.runtime.arrays
         self.shapes = self.workload.shapes(self.problem)
         self.main = self.shapes[0]
         self.stability_launches = int(spec.get("stability_launches", 20))
         self.timing_target_s = float(spec.get("timing_target_s", TIMING_TARGET_S))
         self.io_bytes = int(self.workload.io_bytes(self.main, self.problem))
-        bandwidth = float(self.device.memory_bandwidth or 0)
-        min_bytes = self.workload.min_bytes(self.main, self.problem)
-        self.roofline_us = min_bytes / bandwidth * 1e6 if bandwidth else None
+        self.peaks: Peaks | None = None
+        self.roofline_us: float | None = None  # at the measured peaks
+        self.floor_us: float | None = None  # below this a candidate is suspect
+        self._floor_cap = float("inf")  # the fastest verified baseline / ALLOWANCE
+
+    def _measure_floor(self) -> None:
+        """Measure the device's peaks once and set the main shape's roofline and floor."""
+        dtype = self.problem.get("dtype", "float32")
+        cases = timing_case_count(self.io_bytes, self.device, self.backend.device_kind)
+        self.peaks = measure_peaks(self.runtime, dtype, self.backend.device_kind, cases * self.io_bytes).best(self.peaks)
+        seconds = self.peaks.roofline_s(self.workload.min_bytes(self.main, self.problem),
+                                        self.workload.flops(self.main, self.problem))
+        self.roofline_us = seconds * 1e6
+        self.floor_us = min(self.roofline_us / ALLOWANCE, self._floor_cap)
 
     def info(self) -> dict:
         return {"device": asdict(self.device), "pid": os.getpid()}
@@ -105,18 +124,30 @@ class Protocol:
         return result
 
     def _memory(self, kernel: Any, artifact: Artifact, case: Any, result: dict) -> None:
-        extra = int(self.harness.extra_memory_bytes(kernel, artifact, case))
+        """Inputs and outputs plus the larger of the declared workspace and what one launch was seen
+        to allocate. Registers and shared memory are on-chip limits, reported apart, not bytes."""
+        declared = int(self.harness.extra_memory_bytes(kernel, artifact, case))
+        seen = int(self.arrays.peak_extra_bytes(lambda: self.harness.launch(kernel, case)))
+        extra = max(declared, seen)
         onchip = int(self.harness.onchip_bytes(artifact, kernel))
-        result.update(extra_bytes=extra, onchip_bytes=onchip, memory_bytes=self.io_bytes + extra + onchip)
+        result.update(extra_bytes=extra, onchip_bytes=onchip, memory_bytes=self.io_bytes + extra)
 
     def _verify(self, kernel: Any, rng: random.Random, result: dict) -> None:
-        """Every shape once, the main shape twice, each on fresh inputs; first failure is the verdict."""
+        """Every shape once, the main shape twice, each on fresh inputs; first failure is the verdict.
+        The worst error on each shape goes into ``result["shape_errors"]``."""
+        result["shape_errors"] = errors = []
         for i, shape in enumerate(self.shapes):
+            entry = {"shape": dict(shape), "max_abs_err": 0.0, "rel_err": 0.0, "margin_used": 0.0}
+            errors.append(entry)
             for _ in range(2 if i == 0 else 1):
                 case = self.harness.make_case(shape, rng.getrandbits(31))
                 self.harness.launch(kernel, case)
                 self.runtime.synchronize()
-                self._check(case, result, "wrong_result", f"on {_fmt(shape)}")
+                chk = self._check(case, result, "wrong_result", f"on {_fmt(shape)}")
+                entry["max_abs_err"] = max(entry["max_abs_err"], chk.max_abs_err)
+                entry["rel_err"] = max(entry["rel_err"], chk.rel_err)
+                entry["margin_used"] = max(entry["margin_used"], chk.margin_used)
+        result["margin_used"] = max(e["margin_used"] for e in errors)
 
     def _check(self, case: Any, result: dict, status: str, where: str) -> None:
         chk = self.harness.check(case)
@@ -125,34 +156,53 @@ class Protocol:
         if not chk.ok:
             detail = f": {chk.detail}" if chk.detail else ""
             raise Failure(status, one_line(f"{chk.cause or 'wrong_result'} {where}{detail}"))
+        return chk
 
     def _benchmark(self, kernel: Any, rng: random.Random, result: dict) -> None:
+        """Time with every launch checked; then the floor: faster than physics is ``suspect``."""
         cases = self._timing_cases(rng)
-        times = self._time(lambda c: self.harness.launch(kernel, c), cases)
+        checks = LaunchChecks(self.harness, cases, rng.getrandbits(31))
+        times = self._time(lambda c: self.harness.launch(kernel, c), cases, checks)
         result["time_us"], result["time_spread_us"] = median_iqr_us(times)
-        for case in cases:  # each case's last output is a timed launch's
-            self._check(case, result, "wrong_result", "in a timed launch")
-        if self.roofline_us and result["time_us"] < self.roofline_us:
-            raise Failure("wrong_result", f"faster than roofline ({result['time_us']:.2f} us < {self.roofline_us:.2f} us): "
-                                          "the timing does not measure the kernel")
+        verdict = checks.verify()
+        if not verdict.ok:
+            raise Failure("wrong_result", one_line(f"{verdict.cause} in timed launches: {verdict.detail}"))
+        if self.floor_us is None:
+            self._measure_floor()
+        for _ in range(SUSPECT_REMEASURES):  # a busy moment may have under-measured the peaks
+            if result["time_us"] >= self.floor_us:
+                break
+            time.sleep(0.05)
+            self._measure_floor()
+        if result["time_us"] < self.floor_us:
+            raise Failure("suspect", f"{result['time_us']:.2f} us is faster than the physical floor {self.floor_us:.2f} us "
+                                     f"(roofline {self.roofline_us:.2f} us at the measured peaks / {ALLOWANCE}): "
+                                     "the kernel skips work or the timing does not measure it")
 
     def _stability(self, kernel: Any, rng: random.Random, result: dict) -> Any:
-        """Repeated launches on one fresh case, each re-poisoned and checked; returns the case."""
+        """Repeated launches on one fresh case, each re-poisoned: the share bit-identical to the first
+        (compared on the device; a launch that differs is checked in full, and one out of tolerance
+        makes the kernel ``unstable``). Stability is the mean of that determinism, the steadiness of
+        the timing (1 - IQR / median) and the tolerance left unused on the worst element."""
         case = self.harness.make_case(self.main, rng.getrandbits(31))
-        n = self.stability_launches
-        first, same = None, 0
+        n, same, first = self.stability_launches, 0, None
         for j in range(n):
             self.harness.reset_outputs(case)
             self.harness.launch(kernel, case)
             self.runtime.synchronize()
-            try:
+            if first is None:
+                self._check(case, result, "unstable", f"in stability launch 1/{n}")
+                first = {t.name: self.arrays.clone(case.data[t.name]) for t in self.harness.written}
+                same += 1
+                continue
+            if all(self.arrays.same_bits(case.data[name], ref) for name, ref in first.items()):
+                same += 1
+            else:
                 self._check(case, result, "unstable", f"in stability launch {j + 1}/{n}")
-            finally:
-                result["stability"] = same / n
-            out = self.harness.output_bytes(case)
-            first = out if first is None else first
-            same += out == first
-        result["stability"] = same / n
+        steady = max(0.0, 1.0 - result["time_spread_us"] / result["time_us"]) if result.get("time_us") else 0.0
+        margin = max(0.0, 1.0 - result.get("margin_used", 0.0))
+        result["determinism"], result["steadiness"], result["error_margin"] = same / n, steady, margin
+        result["stability"] = (same / n + steady + margin) / 3
         return case
 
     # -- timing ----------------------------------------------------------------------------------
@@ -160,16 +210,11 @@ class Protocol:
         n = timing_case_count(self.io_bytes, self.device, self.backend.device_kind)
         return [self.harness.make_case(self.main, rng.getrandbits(31)) for _ in range(n)]
 
-    def _time(self, launch: Callable[[Any], None], cases: list) -> list[float]:
-        """Seconds per launch, rotating through ``cases``; reps adapt to ~``timing_target_s``.
-
-        The sample ends with one pass over freshly reset cases, so each case's output afterwards is
-        a timed launch's own, even for kernels that update a buffer in place (a residual).
-        """
-        times = adaptive_times(self.runtime, rotation(launch, cases), self.timing_target_s, reserve=len(cases))
-        for case in cases:
-            self.harness.reset_outputs(case)
-        times += self.runtime.time(rotation(launch, cases), reps=len(cases), warmup=0)
+    def _time(self, launch: Callable[[Any], None], cases: list, checks: LaunchChecks) -> list[float]:
+        """Seconds per launch, rotating through ``cases`` with ``checks`` around every launch; reps
+        adapt to ~``timing_target_s``."""
+        times = adaptive_times(self.runtime, rotation(launch, cases), self.timing_target_s,
+                               before=checks.before, after=checks.after)
         self.runtime.synchronize()
         return times
 
@@ -179,6 +224,7 @@ class Protocol:
 
         The primary baseline, which normalises fitness, is the fastest one that verified."""
         rng = random.Random(seed)
+        self._measure_floor()  # every baseline round measures the peaks again; the best so far is kept
         cases = self._timing_cases(rng)
         entries: dict[str, dict] = {}
         for name, fn in self.harness.baselines().items():
@@ -189,11 +235,16 @@ class Protocol:
             return {"status": "crashed", "cause": f"no baseline verified: {causes}"}
         primary = min(timed, key=lambda n: timed[n]["time_us"])
         p = entries[primary]
+        # A verified library path is physical: a floor above it means the peaks were under-measured.
+        self._floor_cap = min(self._floor_cap, p["time_us"] / ALLOWANCE)
+        self.floor_us = min(self.floor_us, self._floor_cap)
         return {"status": "ok", "device": asdict(self.device), "primary": primary, "time_us": p["time_us"],
                 "spread_us": p["spread_us"], "memory_bytes": p["memory_bytes"], "baselines": entries,
-                "roofline_us": self.roofline_us, "io_bytes": self.io_bytes,
+                "roofline_us": self.roofline_us, "floor_us": self.floor_us, "peaks": self.peaks.as_dict(),
+                "io_bytes": self.io_bytes,
                 "flops": float(self.workload.flops(self.main, self.problem)), "shape": dict(self.main),
-                "timing": "median of adaptive repetitions, spread = interquartile range, inputs rotated; "
+                "timing": "median of adaptive repetitions, spread = interquartile range; before every timed launch "
+                          "the outputs are poisoned and the inputs rewritten with a fresh row permutation; "
                           "primary = the fastest baseline that verified"}
 
     def _one_baseline(self, name: str, fn: Callable, cases: list, rng: random.Random) -> dict:
@@ -207,7 +258,8 @@ class Protocol:
             entry.update(verified=bool(chk.ok), max_abs_err=float(chk.max_abs_err), rel_err=float(chk.rel_err),
                          cause="" if chk.ok else one_line(f"{chk.cause} {chk.detail}"))
             entry["memory_bytes"] = self.io_bytes + int(self.harness.baseline_memory_bytes(name, case))
-            entry["time_us"], entry["spread_us"] = median_iqr_us(self._time(fn, cases))
+            checks = LaunchChecks(self.harness, cases, rng.getrandbits(31), check=False)
+            entry["time_us"], entry["spread_us"] = median_iqr_us(self._time(fn, cases, checks))
         except Exception as exc:
             traceback.print_exc()
             entry["cause"] = one_line(f"{type(exc).__name__}: {exc}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-STATUSES = ("ok", "compile_error", "resource_exceeded", "wrong_result", "crashed", "timeout", "unstable")
+STATUSES = ("ok", "compile_error", "resource_exceeded", "wrong_result", "crashed", "timeout", "unstable", "suspect")
 LETHAL = frozenset(STATUSES) - {"ok"}
 COMPILE_LOG_LINES = 12
 
@@ -14,8 +14,11 @@ class Evaluation:
 
     Times are in microseconds: ``time_us`` is the median of the timed launches and
     ``time_spread_us`` their interquartile range. ``memory_bytes`` = io bytes + ``extra_bytes``
-    (workspaces) + ``onchip_bytes``. ``stability`` is the fraction of repeated launches whose output
-    is bit-identical to the first. Measurements are None when the candidate died before them.
+    (workspaces, measured or declared, whichever is larger); ``onchip_bytes`` (registers x threads x 4
+    + shared memory per block) is reported, not added. ``stability`` is the mean of ``determinism``
+    (share of repeated launches bit-identical to the first), ``steadiness`` (1 - timing IQR / median)
+    and ``error_margin`` (1 - the largest share of its tolerance any element used). Measurements are
+    None when the candidate died before them.
     """
 
     genome_hash: str
@@ -27,6 +30,9 @@ class Evaluation:
     extra_bytes: int | None = None
     onchip_bytes: int | None = None
     stability: float = 0.0
+    determinism: float | None = None  # the three parts of stability (see core/evaluation/protocol.py)
+    steadiness: float | None = None
+    error_margin: float | None = None
     max_abs_err: float | None = None
     rel_err: float | None = None
     source_hash: str = ""
@@ -38,6 +44,8 @@ class Evaluation:
     flags: list = field(default_factory=list)
     launch: dict = field(default_factory=dict)
     compile_log: str = ""
+    shape_errors: list = field(default_factory=list)  # [{"shape", "max_abs_err", "rel_err", "margin_used"}]
+    phases: dict = field(default_factory=dict)  # seconds per phase: compile, load, verification, timing, stability, memory
 
     @property
     def ok(self) -> bool:
@@ -53,7 +61,8 @@ class Evaluation:
     def copy(self, **changes) -> "Evaluation":
         """An independent copy (its dicts and lists too) with ``changes`` applied."""
         return Evaluation(**{**self.__dict__, "resources": dict(self.resources), "flags": list(self.flags),
-                             "launch": dict(self.launch), **changes})
+                             "launch": dict(self.launch), "shape_errors": [dict(e) for e in self.shape_errors],
+                             "phases": dict(self.phases), **changes})
 
 
 def one_line(text: str, limit: int = 300) -> str:

@@ -20,6 +20,7 @@ log file, never to the terminal; it ignores SIGINT so Ctrl-C reaches only the pa
 from __future__ import annotations
 
 import importlib
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -187,48 +188,180 @@ def describe_exit(exitcode: int | None) -> str:
 
 # -- child side ----------------------------------------------------------------------------------
 def _child_main(conn: Any, spec: dict, log_path: str) -> None:
-    """Entry point of the evaluator process: isolate, build the server, serve until told to exit."""
-    _isolate(log_path)
+    """Entry point of the evaluator process: isolate, build the server, serve until told to exit.
+
+    ``spec["limits"]`` (optional; the evaluator passes ``core.bounds.sandbox_limits``, empty on a
+    GPU) bounds the process: ``file_size_bytes`` (RLIMIT_FSIZE, from the start), ``address_space_bytes``
+    (RLIMIT_AS: what is mapped once the server is built plus this; never for a GPU backend) and
+    ``cpu_seconds`` (RLIMIT_CPU, re-armed before each request). A limit that fires kills the child
+    (SIGXFSZ, SIGXCPU) or fails an allocation; either way the parent reports the candidate lethal.
+    """
+    limits = dict(spec.get("limits") or {})
+    workdir = _isolate(log_path, spec)
     try:
-        server = _load(spec.get("server", "core.evaluation.protocol:Protocol"))(spec)
-        info = server.info() if hasattr(server, "info") else {}
-    except BaseException as exc:  # report any setup failure to the parent, then exit
-        conn.send({"status": "error", "cause": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
-        return
-    conn.send({"status": "ready", "info": info})
-    while True:
         try:
-            request = conn.recv()
-        except (EOFError, OSError):  # the parent is gone
+            server = _load(spec.get("server", "core.evaluation.protocol:Protocol"))(spec)
+            info = server.info() if hasattr(server, "info") else {}
+        except BaseException as exc:  # report any setup failure to the parent, then exit
+            conn.send({"status": "error", "cause": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
             return
-        if request.get("op") == "exit":
-            return
-        try:
-            reply = server.handle(request)
-        except Exception as exc:  # the server should catch its own; this keeps the child serving
-            traceback.print_exc()
-            reply = {"status": "crashed", "cause": f"{type(exc).__name__}: {exc}"}
-        conn.send(reply)
+        _limit_address_space(limits, spec)  # after the server is built: imports are not the kernels' budget
+        conn.send({"status": "ready", "info": info})
+        while True:
+            try:
+                request = conn.recv()
+            except (EOFError, OSError):  # the parent is gone
+                return
+            if request.get("op") == "exit":
+                return
+            _limit_cpu_time(limits)
+            try:
+                reply = server.handle(request)
+            except Exception as exc:  # the server should catch its own; this keeps the child serving
+                traceback.print_exc()
+                reply = {"status": "crashed", "cause": f"{type(exc).__name__}: {exc}"}
+            conn.send(reply)
+    finally:
+        _remove_workdir(workdir)
 
 
-def _isolate(log_path: str) -> None:
+WORKDIR_PREFIX = "abebot-sandbox-work-"
+
+
+def _isolate(log_path: str, spec: dict | None = None) -> str | None:
+    """Detach from the terminal and the caller's folder; return the fresh working directory.
+
+    Ignores SIGINT, disables core dumps, sends stdout/stderr to the log, applies the file-size
+    limit and the first CPU-time budget of ``spec["limits"]``, and moves into a new empty temporary
+    directory (removed when the child exits; one left by a killed child is removed by the next), so
+    a kernel's relative writes land there and not in the repository or the runs folder.
+    """
+    import sys
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing kernel must not dump a core per candidate
-    except (ImportError, ValueError, OSError):
-        pass
+    limits = dict((spec or {}).get("limits") or {})
+    _set_limit("RLIMIT_CORE", 0)  # a crashing kernel must not dump a core per candidate
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log_size = os.fstat(fd).st_size
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
     import faulthandler
-    import sys
 
     faulthandler.enable(file=sys.stderr)  # the Python stack of a segfault lands in the log
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True, name="orphan-guard").start()
-    print(f"[sandbox {os.getpid()}] started {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
+    applied = []
+    if limits.get("file_size_bytes"):
+        # Python ignores SIGXFSZ (a write past the limit would only fail with EFBIG, and a kernel
+        # ignoring that would pass): the default action kills the child, so the attempt is lethal.
+        # The limit is counted from the log's size: the log is appended to past it otherwise.
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        if _set_limit("RLIMIT_FSIZE", log_size + int(limits["file_size_bytes"])):
+            applied.append(f"file size {int(limits['file_size_bytes']) >> 20} MiB")
+    if _limit_cpu_time(limits):
+        applied.append(f"cpu {int(limits['cpu_seconds'])} s per request")
+    sys.path[:] = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]  # imports survive the chdir
+    workdir = _fresh_workdir()
+    print(f"[sandbox {os.getpid()}] started {time.strftime('%Y-%m-%d %H:%M:%S')} in {workdir or os.getcwd()}"
+          + (f"; limits: {', '.join(applied)}" if applied else ""), flush=True)
+    return workdir
+
+
+def _set_limit(name: str, value: int, hard: bool = True) -> bool:
+    """Lower ``resource.<name>`` to ``value`` (soft, and hard too when ``hard``); never above the
+    existing hard limit. False where it cannot be set."""
+    try:
+        import resource
+
+        which = getattr(resource, name)
+        _, old_hard = resource.getrlimit(which)
+        value = int(value) if old_hard == resource.RLIM_INFINITY else min(int(value), old_hard)
+        resource.setrlimit(which, (value, value if hard else old_hard))
+        return True
+    except (ImportError, AttributeError, ValueError, OSError):
+        return False
+
+
+def _limit_cpu_time(limits: dict) -> bool:
+    """Re-arm RLIMIT_CPU (soft only, so it can be re-armed) to the CPU time used so far plus
+    ``cpu_seconds``: the budget is per request, not for the life of the process."""
+    budget = limits.get("cpu_seconds")
+    if not budget:
+        return False
+    try:
+        import resource
+
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        return _set_limit("RLIMIT_CPU", math.ceil(used.ru_utime + used.ru_stime + float(budget)), hard=False)
+    except (ImportError, OSError):
+        return False
+
+
+def _limit_address_space(limits: dict, spec: dict) -> None:
+    """RLIMIT_AS = the address space mapped now + ``address_space_bytes``; never for a GPU backend
+    (CUDA reserves address ranges far larger than the memory it uses)."""
+    extra = limits.get("address_space_bytes")
+    if not extra or _device_kind(spec) == "gpu":
+        return
+    try:
+        mapped = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return
+    if _set_limit("RLIMIT_AS", mapped + int(extra)):
+        print(f"[sandbox {os.getpid()}] address space limited to {(mapped + int(extra)) / 2**30:.1f} GiB", flush=True)
+
+
+def _device_kind(spec: dict) -> str:
+    backend = spec.get("backend")
+    if not backend:
+        return ""
+    try:
+        from core.backends import backend_class
+
+        return backend_class(backend).device_kind
+    except Exception:
+        return "gpu"  # unknown: do not risk an address-space limit under CUDA
+
+
+def _fresh_workdir() -> str | None:
+    """chdir into a new empty temporary directory (after removing those of dead sandboxes)."""
+    import tempfile
+
+    root = Path(tempfile.gettempdir())
+    try:
+        for old in root.glob(f"{WORKDIR_PREFIX}*"):
+            pid = old.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+            if pid.isdigit() and not _pid_alive(int(pid)) and not old.is_symlink() and old.is_dir() \
+                    and old.stat().st_uid == os.getuid():
+                _remove_workdir(str(old))
+        workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+        os.chdir(workdir)
+        return workdir
+    except OSError:
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _remove_workdir(workdir: str | None) -> None:
+    if not workdir:
+        return
+    import shutil
+
+    try:
+        if os.getcwd() == workdir:
+            os.chdir(Path(workdir).parent)
+    except OSError:
+        pass
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _exit_with_parent(parent: int) -> None:

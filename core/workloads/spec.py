@@ -206,6 +206,12 @@ class Workload(ABC):
     def flops(self, shape: dict, problem: dict) -> float:
         """Arithmetic operations of one call (for the compute roofline)."""
 
+    def perturbation(self, problem: dict) -> str | None:
+        """The shape key along which permuting the inputs permutes the outputs the same way (the
+        rows of a row-wise operation, M of a product): timed launches get freshly permuted inputs,
+        so a kernel that memoises answers is caught. None: inputs are only restored, not permuted."""
+        return None
+
     # -- bytes, from the tensors -----------------------------------------------------------------
     def io_bytes(self, shape: dict, problem: dict) -> int:
         """Bytes of the inputs and outputs themselves: the memory any implementation holds."""

@@ -43,6 +43,9 @@ class GemmWorkload(Workload):
     def reference(self, xp: Any, t: dict, problem: dict) -> dict:
         return {"c": t["a"] @ t["b"]}
 
+    def perturbation(self, problem: dict) -> str | None:
+        return "m"
+
     def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
         return TOLERANCE[dtype]
 

@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 
 from core.backends.base import KernelSource
-from core.backends.c import thread_options
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
+from core.workloads.openmp import one_thread, thread_options
 from core.workloads.template import Template
 from core.workloads.gemm.c_source import BLOCKING, LOOPS, MAX_ACC_VECTORS, PREFETCHES, GemmConfig, render_source
 
@@ -76,6 +76,11 @@ class CGemmTemplate(Template):
                     "register_allocation": registers, "instruction_sequence": sequence},
             constraints=(_nr_multiple_of_width, _register_budget),
             seeds=seed_genomes(cores),
+            canonicalisers=CANONICALISERS,
+            # restrict and alignment promises, where A values wait and the order of two prefetches:
+            # gcc may have no use for them in a given loop nest (and that depends on gcc and the CPU)
+            hints=("memory_pattern.pointer_hints", "register_allocation.register_map.a_values",
+                   "instruction_sequence.loop_order:PREFETCH_A", "instruction_sequence.loop_order:PREFETCH_B"),
         )
 
     def render(self, genome: Genome) -> KernelSource:
@@ -105,6 +110,19 @@ def _register_budget(g: Genome) -> str | None:
     rm, vw = g["register_allocation"]["register_map"], g["memory_pattern"]["vector_width"]
     n = rm["mr"] * rm["nr"] // vw
     return None if n <= MAX_ACC_VECTORS else f"{n} accumulator vectors (MR*NR/width) > {MAX_ACC_VECTORS}"
+
+
+# ---- canonical genomes: genes that do not apply in their context get one fixed value ------------
+
+def _scalar_memory_tile(g: Genome) -> Genome:
+    # Width 1 with C itself as the accumulator: GCC vector types and `#pragma omp simd` are both only
+    # written for widths above 1, so the two spellings render the same scalar micro-kernel.
+    if g["memory_pattern"]["vector_width"] == 1 and g["register_allocation"]["register_map"]["acc"] == "memory":
+        g = with_gene(g, "memory_pattern", "vectorize", "vector_ext")
+    return g
+
+
+CANONICALISERS = (one_thread(schedule="static", parallel_loop="ic"), _scalar_memory_tile)
 
 
 def _has_avx512() -> bool:

@@ -17,10 +17,11 @@ Genes and what they change in the code:
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 from core.backends.arrays import dtype_bytes
 
@@ -70,10 +71,7 @@ class CudaGemmTemplate(Template):
                                  ("unroll", (1, 2, 0))),
                         "math path, FFMA lane layout and thread-tile ownership, k-loop unroll (0 = full)"),
             ),
-            "instruction_sequence": (
-                SequenceGene("loop", LOOP, ("SYNC",), (("WAIT", "MATH"),),
-                             "main-loop stage order; SYNC is an extra barrier"),
-            ),
+            "instruction_sequence": (LOOP_GENE,),
         }
         smem_limit = self.device.shared_mem_per_block or 232448
 
@@ -103,7 +101,7 @@ class CudaGemmTemplate(Template):
                 "memory_pattern": {"vec": 8 if elt == 2 else 4, "smem_layout": "pad", "stages": 3, "copy": "async"},
                 "register_allocation": {"regs": {"math": maths[0], "lanes": "4x8", "assign": "strided", "unroll": 0}},
                 "instruction_sequence": {"loop": ("WAIT", "MATH", "LOAD")}}
-        return GeneSpace(groups, (structure,), (seed,))
+        return GeneSpace(groups, (structure,), (seed,), canonicalisers=CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
         dtype = self.problem["dtype"]
@@ -119,6 +117,46 @@ class CudaGemmTemplate(Template):
         m, n, k = shape["m"], shape["n"], shape["k"]
         tiles = -(-m // lp["block_m"]) * -(-n // lp["block_n"])
         return kernel.bind((tiles, 1, 1), (lp["threads"], 1, 1), (t["a"], t["b"], t["c"], m, n, k), lp["dynamic_shared_bytes"])
+
+
+LOOP_GENE = SequenceGene("loop", LOOP, ("SYNC",), (("WAIT", "MATH"),), "main-loop stage order; SYNC is an extra barrier")
+# Every legal main-loop order, shortest first: the canonical order of a loop is the first that renders it.
+_ORDERS = sorted((o for n in (3, 4) for o in itertools.permutations(LOOP + ("SYNC",), n) if LOOP_GENE.validate(o) is None),
+                 key=lambda o: (len(o), [(LOOP + ("SYNC",)).index(t) for t in o]))
+
+
+# ---- canonical genomes: genes that do not apply in their context get one fixed value ------------
+
+def _mma_lanes(g: Genome) -> Genome:
+    # The tensor-core path takes its fragments with ldmatrix in the mma.sync layout: the FFMA lane
+    # layout (LM x LN) and thread-tile ownership (STRIDED) are only read on the FFMA path.
+    if g["register_allocation"]["regs"]["math"] == "mma":
+        g = with_gene(g, "register_allocation", "regs", "4x8", key="lanes")
+        g = with_gene(g, "register_allocation", "regs", "strided", key="assign")
+    return g
+
+
+def _short_k_loop(g: Genome) -> Genome:
+    # compute_tile's k loop runs BK/16 steps on the tensor-core path: one step is the same loop
+    # whatever the unroll, and unrolling 2 of 2 steps is the full unroll (0).
+    r = g["register_allocation"]["regs"]
+    steps = g["parallel_config"]["block_k"] // 16 if r["math"] == "mma" else g["parallel_config"]["block_k"]
+    if steps == 1 or (steps == 2 and r["unroll"] == 2):
+        g = with_gene(g, "register_allocation", "regs", 0, key="unroll")
+    return g
+
+
+def _loop_order(g: Genome) -> Genome:
+    # Orders that render the same main loop are one order: a SYNC right before a LOAD whose ring slot
+    # the previous MATH read is the barrier the renderer writes there anyway, and with synchronous
+    # copies WAIT is a bare barrier, interchangeable with SYNC.
+    copy_async = g["memory_pattern"]["copy"] == "async"
+    body = _loop_body(g["instruction_sequence"]["loop"], copy_async)
+    first = next(o for o in _ORDERS if _loop_body(o, copy_async) == body)
+    return with_gene(g, "instruction_sequence", "loop", first)
+
+
+CANONICALISERS = (_mma_lanes, _short_k_loop, _loop_order)
 
 
 
@@ -142,8 +180,8 @@ def _loop_body(seq: tuple, copy_async: bool) -> list[str]:
     out = []
     for tok in seq:
         if tok == "LOAD":
-            if guard:
-                out.append("__syncthreads();  // the slot LOAD overwrites was read by the previous MATH")
+            if guard:  # the slot LOAD overwrites was read by the previous MATH (the same statement as SYNC)
+                out.append("__syncthreads();")
             out.append("{ int nt = kt + STAGES - 1; if (nt < KT) load_tile(A, B, sA, sB, nt % STAGES, nt, m0, n0, M, N, K); cp_commit(); }")
         elif tok == "WAIT":
             out.append(f"cp_wait<{pending}>(); __syncthreads();" if copy_async else "__syncthreads();")
@@ -162,7 +200,7 @@ def render_source(g: Genome, dtype: str) -> str:
     body = "\n        ".join(_loop_body(g["instruction_sequence"]["loop"], m["copy"] == "async"))
     nch_a = max(1, min(p["block_k"] // d["ch"], 8))
     nch_b = max(1, min(p["block_n"] // d["ch"], 8))
-    return f"""// AbeBot generated CUDA GEMM ({dtype}); genome {g.hash}
+    return f"""// AbeBot generated CUDA GEMM ({dtype})
 typedef {T} T;
 #define BM {p['block_m']}
 #define BN {p['block_n']}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 from core.backends.arrays import dtype_bytes
 
@@ -87,7 +87,7 @@ class TritonGemmTemplate(Template):
                 "instruction_sequence": {"loop": ("LOAD_A", "LOAD_B", "DOT", "ADVANCE")}}
         seed2 = {**seed, "parallel_config": {**seed["parallel_config"], "block_n": 256},
                  "memory_pattern": {**seed["memory_pattern"], "loads": "tma", "num_stages": 4}}
-        return GeneSpace(groups, (fits, combos), (seed, seed2) if elt == 2 else (seed,))
+        return GeneSpace(groups, (fits, combos), (seed, seed2) if elt == 2 else (seed,), canonicalisers=CANONICALISERS)
 
     def _smem(self, g: Genome) -> int:
         p, m = g["parallel_config"], g["memory_pattern"]
@@ -116,6 +116,37 @@ class TritonGemmTemplate(Template):
     def extra_bytes(self, kernel: Any, artifact: Any, shape: dict) -> int:
         return int(kernel.module.workspace_bytes(shape["m"], shape["n"], shape["k"]))
 
+
+
+# ---- canonical genomes: genes that do not apply in their context get one fixed value ------------
+
+def _masked_edges_need_no_hints(g: Genome) -> Genome:
+    # With masked edges the rows and columns are pid * BLOCK + arange(BLOCK), which Triton's axis
+    # analysis already knows to be contiguous and BLOCK-aligned; the hints only restore what the
+    # modulo of wrapped edges hides.
+    if g["memory_pattern"]["edge"] == "mask":
+        g = with_gene(g, "memory_pattern", "hints", "none")
+    return g
+
+
+def _prefetch_is_not_pipelined(g: Genome) -> Genome:
+    # With PREFETCH the next tiles travel to the next iteration in registers, so Triton's software
+    # pipeliner has no loads to stage: num_stages changes nothing (measured: the same PTX at 2-5).
+    if "PREFETCH" in g["instruction_sequence"]["loop"]:
+        g = with_gene(g, "memory_pattern", "num_stages", 2)
+    return g
+
+
+def _loop_order(g: Genome) -> Genome:
+    # Only the order of the two loads is the genome's: PREFETCH is a flag that writes no statement
+    # where it stands, and the pointer advance (nothing at all with TMA) does not depend on the dot,
+    # so Triton orders the two itself.
+    loop = tuple(g["instruction_sequence"]["loop"])
+    loads = tuple(t for t in loop if t in ("LOAD_A", "LOAD_B"))
+    return with_gene(g, "instruction_sequence", "loop", loads + ("DOT", "ADVANCE") + (("PREFETCH",) if "PREFETCH" in loop else ()))
+
+
+CANONICALISERS = (_masked_edges_need_no_hints, _prefetch_is_not_pipelined, _loop_order)
 
 
 def _body(loop: tuple, prefetch: bool, tma: bool, acc: str, k_expr: str, indent: str, wrap: bool = False,
@@ -160,7 +191,7 @@ def render_module(p: dict, m: dict, regs: dict, loop: tuple, dtype: str) -> str:
     kern = _render_kernel("abebot_gemm", p, m, regs, loop, tma, ieee)
     twin = _render_kernel("abebot_gemm_ptr", p, {**m, "loads": "pointer"}, regs, loop, False, ieee) if tma else ""
     maxnreg = regs["maxnreg"]
-    return f'''"""AbeBot generated Triton GEMM ({dtype}); genes: {p} {m} {dict(regs)} {list(loop)}."""
+    return f'''"""AbeBot generated Triton GEMM ({dtype})."""
 import torch
 import triton
 import triton.language as tl

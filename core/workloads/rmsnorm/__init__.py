@@ -50,6 +50,9 @@ class RmsNormWorkload(Workload):
             out["residual"] = x
         return out
 
+    def perturbation(self, problem: dict) -> str | None:
+        return "rows"
+
     def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
         return TOLERANCE[dtype]
 

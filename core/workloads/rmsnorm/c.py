@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.workloads.openmp import one_thread, scalar_width, thread_options
 from core.workloads.template import Template
 
 ENTRY = "abebot_rmsnorm"
@@ -37,7 +38,6 @@ class CRmsNormTemplate(Template):
     backend = "c"
 
     def gene_space(self) -> GeneSpace:
-        from core.backends.c import thread_options
 
         cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
         parallel = (
@@ -65,7 +65,10 @@ class CRmsNormTemplate(Template):
                                  "per-row stages; those before REDUCE form pass 1, the rest pass 2"),)
         return GeneSpace(groups={"parallel_config": parallel, "memory_pattern": memory,
                                  "register_allocation": registers, "instruction_sequence": sequence},
-                         seeds=seed_genomes(cores))
+                         seeds=seed_genomes(cores), canonicalisers=CANONICALISERS,
+                         # restrict, and the place of the prefetch among independent statements: gcc
+                         # may have no use for them in a given loop (that depends on gcc and the CPU)
+                         hints=("memory_pattern.pointer_hints", "instruction_sequence.stages:PREFETCH_NEXT_ROW"))
 
     def render(self, genome: Genome) -> KernelSource:
         cfg = RmsConfig.from_genome(genome, residual=bool(self.problem.get("residual")))
@@ -81,6 +84,11 @@ class CRmsNormTemplate(Template):
 
 
 TEMPLATE = CRmsNormTemplate
+
+
+# ---- canonical genomes: genes that do not apply in their context get one fixed value ------------
+
+CANONICALISERS = (one_thread(schedule="static", rows_per_chunk=1), scalar_width)
 
 
 def seed_genomes(cores: int) -> tuple[dict, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 from core.backends.arrays import dtype_bytes
 
@@ -67,11 +67,11 @@ class CudaRmsNormTemplate(Template):
                 return "no work per thread"
             return None
 
-        seed = {"parallel_config": {"threads": 1024, "rows_per_block": 1, "schedule": "rows", "waves": 2},
+        seed = {"parallel_config": {"threads": 1024, "rows_per_block": 1, "schedule": "rows", "waves": 1},
                 "memory_pattern": {"vec": 16 // elt, "load": "", "store": ""},
                 "register_allocation": {"regs": {"row": "registers", "reduce": "shuffle"}},
                 "instruction_sequence": {"body": ("LOAD_X", "LOAD_W", "REDUCE", "STORE")}}
-        return GeneSpace(groups, (fits,), (seed,))
+        return GeneSpace(groups, (fits,), (seed,), canonicalisers=CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
         p = genome["parallel_config"]
@@ -96,6 +96,19 @@ class CudaRmsNormTemplate(Template):
         return kernel.bind((blocks, 1, 1), (lp["threads"], 1, 1),
                            (t["x"], t["w"], res, t["out"], rows, cols, float(self.problem["eps"])))
 
+
+
+# ---- canonical genomes: genes that do not apply in their context get one fixed value ------------
+
+def _waves_persistent_only(g: Genome) -> Genome:
+    # waves sizes the persistent grid (blocks per SM); a block per row group launches one block
+    # per group whatever it says.
+    if g["parallel_config"]["schedule"] != "persistent":
+        g = with_gene(g, "parallel_config", "waves", 1)
+    return g
+
+
+CANONICALISERS = (_waves_persistent_only,)
 
 
 _CONV = {
@@ -202,11 +215,13 @@ def render_source(g: Genome, problem: dict) -> str:
     return red[0];""")
     rows_loop = ("for (int rb = blockIdx.x; rb < nblk; rb += gridDim.x)" if p["schedule"] == "persistent"
                  else "for (int rb = blockIdx.x; rb < blockIdx.x + 1; ++rb)")
-    return f"""// AbeBot generated CUDA RMSNorm ({dtype}, residual={problem['residual']}); genome {g.hash}
+    # the grid is set at launch: what sizes it is recorded here, so a grid change changes the source
+    waves = f"#define WAVES {p['waves']}  // blocks per SM of the persistent grid\n" if p["schedule"] == "persistent" else ""
+    return f"""// AbeBot generated CUDA RMSNorm ({dtype}, residual={problem['residual']})
 typedef {T} T;
 #define THREADS {p['threads']}
 #define ROWS_PER_BLOCK {p['rows_per_block']}
-#define VEC {m['vec']}
+{waves}#define VEC {m['vec']}
 #define COLS_MAX {cols_max}
 #define HAS_RES {int(bool(problem['residual']))}
 #define ELT {elt}

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 
 TOKENS = ("LOAD_X", "LOAD_W", "REDUCE", "STORE")
@@ -63,11 +63,13 @@ class TritonRmsNormTemplate(Template):
                 return "fewer elements than threads"
             return None
 
-        seed = {"parallel_config": {"rows_per_program": 1, "num_warps": 8, "schedule": "rows", "waves": 4},
+        seed = {"parallel_config": {"rows_per_program": 1, "num_warps": 8, "schedule": "rows", "waves": 1},
                 "memory_pattern": {"block_cols": 0, "x_eviction": "evict_first", "store": ""},
                 "register_allocation": {"regs": {"x_keep": "fp32", "w_hoist": "no", "out_math": "fp32"}},
                 "instruction_sequence": {"body": TOKENS}}
-        return GeneSpace(groups, (fits,), (seed,))
+        canonicalisers = (CANONICALISERS + ((_fp32_casts,) if self.problem["dtype"] == "float32" else ())
+                          + (() if self.problem["residual"] else (_chunked_x_is_reloaded,)))
+        return GeneSpace(groups, (fits,), (seed,), canonicalisers=canonicalisers)
 
     def render(self, genome: Genome) -> KernelSource:
         p, m = genome["parallel_config"], genome["memory_pattern"]
@@ -85,6 +87,58 @@ class TritonRmsNormTemplate(Template):
         x, w, out, res, eps = t["x"], t["w"], t["out"], t.get("residual"), self.problem["eps"]
         return lambda: kernel(x, w, out, res, eps)
 
+
+
+# ---- canonical genomes: genes that do not apply in their context get one fixed value ------------
+
+def _persistent_only(g: Genome) -> Genome:
+    # waves sizes the persistent grid and w_hoist moves the weight load out of its loop: one program
+    # per row block has neither.
+    if g["parallel_config"]["schedule"] != "persistent":
+        g = with_gene(g, "parallel_config", "waves", 1)
+        g = with_gene(g, "register_allocation", "regs", "no", key="w_hoist")
+    return g
+
+
+def _whole_row_only(g: Genome) -> Genome:
+    # Chunked rows load a weight chunk per column block: there is no whole-row weight to hoist.
+    if g["memory_pattern"]["block_cols"] > 0:
+        g = with_gene(g, "register_allocation", "regs", "no", key="w_hoist")
+    return g
+
+
+def _body_order(g: Genome) -> Genome:
+    # Where the body order is not written: a hoisted weight is loaded before the loop, so LOAD_W has
+    # no place in the body; chunked rows reduce and store in fixed places, only whether x or w is
+    # loaded first in the second pass is the genome's.
+    body, chunked = tuple(g["instruction_sequence"]["body"]), g["memory_pattern"]["block_cols"] > 0
+    hoisted = (g["parallel_config"]["schedule"] == "persistent" and not chunked
+               and g["register_allocation"]["regs"]["w_hoist"] == "yes")
+    if hoisted:
+        g = with_gene(g, "instruction_sequence", "body", TOKENS)
+    elif chunked:
+        w_first = body.index("LOAD_W") < body.index("LOAD_X")
+        g = with_gene(g, "instruction_sequence", "body", ("LOAD_W", "LOAD_X", "REDUCE", "STORE") if w_first else TOKENS)
+    return g
+
+
+def _fp32_casts(g: Genome) -> Genome:
+    # float32 tensors: holding x in the input dtype and vLLM's rounding to the input dtype before the
+    # weight are casts from float32 to float32, which Triton drops.
+    g = with_gene(g, "register_allocation", "regs", "fp32", key="x_keep")
+    return with_gene(g, "register_allocation", "regs", "fp32", key="out_math")
+
+
+def _chunked_x_is_reloaded(g: Genome) -> Genome:
+    # Chunked rows without a residual load x again from memory in the second pass, in its own dtype:
+    # nothing is held between the passes, so how x would be held changes nothing (seen in the
+    # sm_90 PTX). Whole rows keep x in registers, where the choice does change the kernel.
+    if g["memory_pattern"]["block_cols"] > 0:
+        g = with_gene(g, "register_allocation", "regs", "fp32", key="x_keep")
+    return g
+
+
+CANONICALISERS = (_persistent_only, _whole_row_only, _body_order)
 
 
 def _load_x(res: bool, evict: str, keep: str, offs: str, mask: str) -> list[str]:
@@ -154,7 +208,7 @@ def render_module(p: dict, m: dict, regs: dict, body: tuple, res: bool) -> str:
     else:
         lines += ["    blk = tl.program_id(0)"] + ["    " + ln for ln in k]
     kernel = "\n".join(lines)
-    return f'''"""AbeBot generated Triton RMSNorm (residual={res}); genes: {p} {m} {dict(regs)} {list(body)}."""
+    return f'''"""AbeBot generated Triton RMSNorm (residual={res})."""
 import torch
 import triton
 import triton.language as tl

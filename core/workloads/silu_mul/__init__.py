@@ -65,6 +65,9 @@ class SiluMulWorkload(Workload):
         g = t["gate"]
         return {"out": g / (1 + xp.exp(-g)) * t["up"]}
 
+    def perturbation(self, problem: dict) -> str | None:
+        return "tokens"
+
     def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
         return TOLERANCE[dtype]
 

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.workloads.openmp import one_thread, scalar_width, thread_options
 from core.workloads.template import Template
 
 ENTRY = "abebot_silu_mul"
@@ -40,7 +41,6 @@ class CSiluMulTemplate(Template):
     backend = "c"
 
     def gene_space(self) -> GeneSpace:
-        from core.workloads.gemm.c import thread_options
 
         cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
         parallel = (
@@ -64,18 +64,19 @@ class CSiluMulTemplate(Template):
         sequence = (SequenceGene("stages", STAGES, ("PREFETCH",), BEFORE, "per-slot steps of the main loop"),)
 
         def meaningful(g: Genome) -> str | None:
+            # At width 1 a streaming store is a normal store and a fence: not worth an evaluation.
+            # (At width 1 both vectorize spellings render the same loop: see _scalar.)
             m = g["memory_pattern"]
-            # At width 1 both spellings render the same scalar loop and a streaming store is only a
-            # fence: one spelling each, so no evaluation is spent on a duplicate.
-            if m["vector_width"] == 1 and m["vectorize"] != "vector_ext":
-                return "vectorize is meaningless at vector_width 1 (use vector_ext)"
             if m["vector_width"] == 1 and m["store"] == "streaming":
                 return "streaming stores need vectors (vector_width > 1)"
             return None
 
         return GeneSpace(groups={"parallel_config": parallel, "memory_pattern": memory,
                                  "register_allocation": registers, "instruction_sequence": sequence},
-                         constraints=(meaningful,), seeds=seed_genomes(cores))
+                         constraints=(meaningful,), seeds=seed_genomes(cores), canonicalisers=CANONICALISERS,
+                         # restrict, and the place of the prefetch among independent statements: gcc
+                         # may have no use for them in a given loop (that depends on gcc and the CPU)
+                         hints=("memory_pattern.pointer_hints", "instruction_sequence.stages:PREFETCH"))
 
     def render(self, genome: Genome) -> KernelSource:
         cfg = SiluConfig.from_genome(genome)
@@ -90,6 +91,11 @@ class CSiluMulTemplate(Template):
 
 
 TEMPLATE = CSiluMulTemplate
+
+
+# ---- canonical genomes: genes that do not apply in their context get one fixed value ------------
+
+CANONICALISERS = (one_thread(schedule="static", rows_per_chunk=1), scalar_width)
 
 
 def seed_genomes(cores: int) -> tuple[dict, ...]:

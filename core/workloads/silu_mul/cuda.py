@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 
 TOKENS = ("LOAD_GATE", "LOAD_UP", "SILU", "MUL", "STORE")
@@ -76,13 +76,13 @@ class CudaSiluMulTemplate(Template):
         # in bf16 and 164.6 / 165.5 in fp32 (torch.compile: 82.0, 162.6), where the first with
         # accurate expf and IEEE division took 114 us in bf16.
         fast = {"items": 1, "unroll": 1, "exp": "__expf", "div": "__fdividef"}
-        seeds = ({"parallel_config": {"threads": 1024, "rows_per_block": 1, "schedule": "rows", "waves": 2},
+        seeds = ({"parallel_config": {"threads": 1024, "rows_per_block": 1, "schedule": "rows", "waves": 1},
                   "memory_pattern": {"vec": 16 // elt, "load": "", "store": "", "store_vec": 16 // elt},
                   "register_allocation": {"regs": fast}, "instruction_sequence": {"body": TOKENS}},
                  {"parallel_config": {"threads": 256, "rows_per_block": 1, "schedule": "flat", "waves": 8},
                   "memory_pattern": {"vec": 16 // elt, "load": ".nc", "store": "", "store_vec": 16 // elt},
                   "register_allocation": {"regs": fast}, "instruction_sequence": {"body": TOKENS}})
-        return GeneSpace(groups, (fits,), seeds)
+        return GeneSpace(groups, (fits,), seeds, canonicalisers=CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
         p, m, r = genome["parallel_config"], genome["memory_pattern"], genome["register_allocation"]["regs"]
@@ -108,6 +108,25 @@ class CudaSiluMulTemplate(Template):
 
 
 TEMPLATE = CudaSiluMulTemplate
+
+
+# ---- canonical genomes: genes that do not apply in their context get one fixed value ------------
+
+def _waves_sized_grids_only(g: Genome) -> Genome:
+    # waves sizes the persistent and flat grids; a block per row group launches one block per group.
+    if g["parallel_config"]["schedule"] == "rows":
+        g = with_gene(g, "parallel_config", "waves", 1)
+    return g
+
+
+def _row_groups_only(g: Genome) -> Genome:
+    # The flat grid-stride loop walks all tokens x hidden elements: there are no row groups.
+    if g["parallel_config"]["schedule"] == "flat":
+        g = with_gene(g, "parallel_config", "rows_per_block", 1)
+    return g
+
+
+CANONICALISERS = (_waves_sized_grids_only, _row_groups_only)
 
 
 def _floats(g: Genome) -> int:
@@ -180,12 +199,14 @@ def render_source(g: Genome, dtype: str) -> str:
             else span_run<1>(gate + o, up + o, out + o, hidden, threadIdx.x, THREADS);
         }}
     }}"""
-    return f"""// AbeBot generated CUDA SiLU-and-multiply ({dtype}); genome {g.hash}
+    # Only what the schedule reads: rows per block (row groups), waves (grids sized per SM: set at
+    # launch, recorded here so that a grid change changes the source).
+    schedule = "" if p["schedule"] == "flat" else f"#define ROWS_PER_BLOCK {p['rows_per_block']}\n"
+    schedule += "" if p["schedule"] == "rows" else f"#define WAVES {p['waves']}  // grid size: set at launch, recorded here\n"
+    return f"""// AbeBot generated CUDA SiLU-and-multiply ({dtype})
 typedef {T} T;
 #define THREADS {p['threads']}
-#define ROWS_PER_BLOCK {p['rows_per_block']}
-#define WAVES {p['waves']}  // grid size (persistent, flat): set at launch, recorded here
-#define VEC {m['vec']}
+{schedule}#define VEC {m['vec']}
 #define STORE_VEC {m['store_vec']}
 #define ITEMS {r['items']}
 #define ELT {dtype_bytes(dtype)}

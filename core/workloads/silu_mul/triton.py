@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 
 TOKENS = ("LOAD_GATE", "LOAD_UP", "SILU", "MUL", "STORE")
@@ -77,10 +77,11 @@ class TritonSiluMulTemplate(Template):
                   "register_allocation": {"regs": {"mul": "fp32", "silu": "exp"}},
                   "instruction_sequence": {"body": TOKENS}},
                  {"parallel_config": {"block": 2048, "num_warps": 8, "rows_per_program": 1, "layout": "flat"},
-                  "memory_pattern": {"eviction": "evict_last", "hints": "contiguous", "masks": "even", "store": ".cs"},
+                  "memory_pattern": {"eviction": "evict_last", "hints": "none", "masks": "even", "store": ".cs"},
                   "register_allocation": {"regs": {"mul": "input", "silu": "sigmoid"}},
                   "instruction_sequence": {"body": TOKENS}})
-        return GeneSpace(groups, (fits,), seeds)
+        canonicalisers = CANONICALISERS + ((_fp32_multiply,) if self.problem["dtype"] == "float32" else ())
+        return GeneSpace(groups, (fits,), seeds, canonicalisers=canonicalisers)
 
     def render(self, genome: Genome) -> KernelSource:
         p = genome["parallel_config"]
@@ -99,6 +100,31 @@ class TritonSiluMulTemplate(Template):
 
 
 TEMPLATE = TritonSiluMulTemplate
+
+
+# ---- canonical genomes: genes that do not apply in their context get one fixed value ------------
+
+def _rows_2d_only(g: Genome) -> Genome:
+    # The flat layout launches programs over the flat array (ROWS = 1): there are no row blocks.
+    if g["parallel_config"]["layout"] == "flat":
+        g = with_gene(g, "parallel_config", "rows_per_program", 1)
+    return g
+
+
+def _fp32_multiply(g: Genome) -> Genome:
+    # float32 tensors: multiplying "in the input dtype" is multiplying in float32 (the casts are dropped).
+    return with_gene(g, "register_allocation", "regs", "fp32", key="mul")
+
+
+def _hints_are_implied(g: Genome) -> Genome:
+    # Both layouts index pid * BLOCK + arange(BLOCK), which Triton's axis analysis already knows to be
+    # contiguous and BLOCK-aligned (and it specialises n_cols divisible by 16 itself): the hints add
+    # nothing, in any context (measured: the same PTX everywhere). Kept as a gene so that stored
+    # genomes still load.
+    return with_gene(g, "memory_pattern", "hints", "none")
+
+
+CANONICALISERS = (_rows_2d_only, _hints_are_implied)
 
 
 def render_module(p: dict, m: dict, regs: dict, body: tuple) -> str:
@@ -130,7 +156,7 @@ def render_module(p: dict, m: dict, regs: dict, body: tuple) -> str:
                         "def abebot_silu_mul(g_ptr, u_ptr, o_ptr, n_rows, n_cols,",
                         "                    ROWS: tl.constexpr, BLOCK: tl.constexpr, EVEN: tl.constexpr):"]
                        + ["    " + ln for ln in k])
-    return f'''"""AbeBot generated Triton SiLU-and-multiply; genes: {p} {m} {dict(regs)} {list(body)}."""
+    return f'''"""AbeBot generated Triton SiLU-and-multiply."""
 import triton
 import triton.language as tl
 

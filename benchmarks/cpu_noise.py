@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""The same short CPU run twice, on a quiet machine and beside a CPU hog: the baseline's spread per
+generation (re-timed three times in every generation), the generations flagged noisy, and the
+distribution of every fitness term over the run's individuals.
+
+    python3 benchmarks/cpu_noise.py --out benchmarks/cpu_noise [--workload gemm --generations 4]
+
+Writes ``<out>/report.md`` and ``<out>/runs.json``. The hogs are plain busy loops, one per core.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spin(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+def run(workload: str, generations: int, population: int, hogs: int) -> dict:
+    runs = Path(tempfile.mkdtemp(prefix="abebot-noise-"))
+    stop = mp.Event()
+    procs = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(hogs)]
+    for p in procs:
+        p.start()
+    t0 = time.time()
+    try:
+        out = subprocess.run([sys.executable, "-m", "core", "run", "--workload", workload, "--backend", "c",
+                              "--population", str(population), "--generations", str(generations), "--seed", "1",
+                              "--runs-dir", str(runs)], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(5)
+    run_dir = next(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return {"hogs": hogs, "seconds": round(time.time() - t0, 1), "returncode": out.returncode,
+            "stdout": out.stdout[-3000:], **read(run_dir)}
+
+
+def read(run_dir: Path) -> dict:
+    import duckdb
+
+    con = duckdb.connect(str(run_dir / "run.duckdb"), read_only=True)
+    try:
+        gens = con.execute("SELECT generation, baseline_primary, baseline_time_us, baseline_rel_spread, noisy, "
+                           "champion_time_us, champion_spread_us FROM generations ORDER BY generation").fetchall()
+        cols = [c for c in ("time_term", "memory_term", "stability_term", "stability", "determinism", "steadiness",
+                            "error_margin")]
+        terms = {}
+        for c in cols:
+            q = con.execute(f"SELECT min({c}), quantile_cont({c}, 0.25), median({c}), quantile_cont({c}, 0.75), max({c}), "
+                            f"count({c}) FROM individuals WHERE status = 'ok'").fetchone()
+            terms[c] = q
+        statuses = dict(con.execute("SELECT status, count(*) FROM individuals GROUP BY status").fetchall())
+    finally:
+        con.close()
+    return {"generations": gens, "terms": terms, "statuses": statuses}
+
+
+def report(results: list[dict], args) -> str:
+    lines = [f"# Baseline noise on the CPU: quiet vs beside {os.cpu_count()} busy loops", "",
+             f"`python3 benchmarks/cpu_noise.py --workload {args.workload} --generations {args.generations} "
+             f"--population {args.population}` on this machine ({os.cpu_count()} cores). Each run: `core run --backend c "
+             f"--seed 1`; the baseline is re-timed 3 times in every generation, interleaved with the candidates.", ""]
+    for r in results:
+        title = "quiet" if not r["hogs"] else f"beside {r['hogs']} busy loops"
+        lines += [f"## {title} ({r['seconds']} s, exit {r['returncode']}, statuses {r['statuses']})", "",
+                  "| generation | primary | baseline µs | relative spread | noisy | champion µs (IQR) |", "|---|---|---|---|---|---|"]
+        for g, prim, t, rel, noisy, ct, cs in r["generations"]:
+            lines.append(f"| {g} | {prim} | {t:.1f} | {rel * 100:.1f} % | {'yes' if noisy else 'no'} | "
+                         f"{ct:.1f} ({cs:.1f}) |" if ct is not None else f"| {g} | {prim} | {t:.1f} | {rel * 100:.1f} % | "
+                         f"{'yes' if noisy else 'no'} | — |")
+        lines += ["", "| over the ok individuals | min | q25 | median | q75 | max | n |", "|---|---|---|---|---|---|---|"]
+        for name, q in r["terms"].items():
+            if q[-1]:
+                lines.append(f"| {name} | " + " | ".join(f"{v:.3f}" for v in q[:-1]) + f" | {q[-1]} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "cpu_noise")
+    ap.add_argument("--workload", default="gemm")
+    ap.add_argument("--generations", type=int, default=4)
+    ap.add_argument("--population", type=int, default=8)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = [run(args.workload, args.generations, args.population, hogs) for hogs in (0, os.cpu_count() or 2)]
+    (args.out / "runs.json").write_text(json.dumps(results, indent=1, default=str))
+    (args.out / "report.md").write_text(report(results, args))
+    print(report(results, args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Planted cheats on the GPU: hand-written CUDA C RMSNorm kernels (bf16) through ``core check``'s
+Checker, which runs the same sandboxed protocol as evolution. An honest kernel must come out ``ok``;
+each cheat must be rejected with the cause that names what it did.
+
+    python3 benchmarks/gpu_cheat_check.py --out $OUT [--rows 4096 --cols 8192]
+
+Writes ``<out>/cheats.json`` and prints one line per kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.check import Checker  # noqa: E402
+
+# The entry contract of rmsnorm x cuda (README, "Bring your own kernel"): bf16 as raw 16-bit words.
+BASE = r"""
+typedef unsigned short T;
+__device__ __forceinline__ float ld(T h) { return __uint_as_float(((unsigned)h) << 16); }
+__device__ __forceinline__ T st(float f) { unsigned u = __float_as_uint(f); u += 0x7fffu + ((u >> 16) & 1u); return (T)(u >> 16); }
+__device__ __forceinline__ bool finite16(T h) { return (h & 0x7f80u) != 0x7f80u; }
+__device__ T *prev_out;
+__device__ unsigned calls;
+extern "C" __global__ void abebot_rmsnorm(const T *x, const T *w, T *res, T *out, int rows, int cols, float eps) {
+  const int r = blockIdx.x;
+  if (r >= rows) return;
+  /*PROLOGUE*/
+  const T *xr = x + (size_t)r * cols;
+  T *orow = out + (size_t)r * cols;
+  __shared__ float part[32];
+  float s = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) { float v = ld(xr[j]); s += v * v; }
+  for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    s = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.f;
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x == 0) part[0] = s;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(part[0] / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) orow[j] = st(ld(xr[j]) * inv * ld(w[j]));
+  /*EPILOGUE*/
+}
+"""
+
+CHEATS = {  # name -> (prologue, epilogue, the statuses that count as caught, a word the cause must hold)
+    "honest": ("", "", ("ok",), ""),
+    "skip_when_written": ("if (finite16(out[0]) && finite16(out[(size_t)rows * cols - 1])) return;", "",
+                          ("wrong_result",), "timed launch"),
+    "right_first_calls": ("if (calls >= 4) return;",
+                          "if (r == 0 && threadIdx.x == 0) atomicAdd(&calls, 1u);", ("wrong_result", "unstable"), ""),
+    "previous_output": (
+        "T *p = prev_out; if (p != 0 && p != out) { for (int j = threadIdx.x; j < cols; j += blockDim.x) "
+        "out[(size_t)r * cols + j] = p[(size_t)r * cols + j]; return; }",
+        "if (r == 0 && threadIdx.x == 0) prev_out = out;", ("wrong_result", "unstable"), ""),
+    "write_after_output": ("", "if (r == rows - 1 && threadIdx.x == 0) out[(size_t)rows * cols] = 0;",
+                           ("wrong_result",), "out_of_bounds_write"),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=Path("/tmp/abebot_cheats"))
+    ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--cols", type=int, default=8192)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    results = {}
+    launch = {"threads": 256, "rows_per_block": 1, "persistent": False}
+    problem = {"rows": args.rows, "cols": args.cols, "dtype": "bfloat16"}
+    with Checker("rmsnorm", "cuda", problem, runs_dir=tempfile.mkdtemp(prefix="abebot-cheats-"),
+                 timing_target_s=0.1) as checker:
+        print(f"baseline {checker.baseline['primary']} {checker.baseline['time_us']:.2f} us, "
+              f"floor {checker.baseline.get('floor_us')}", flush=True)
+        for name, (pro, epi, want, word) in CHEATS.items():
+            src = BASE.replace("/*PROLOGUE*/", pro).replace("/*EPILOGUE*/", epi)
+            r = checker.check(src, launch=launch)
+            caught = r["status"] in want and word in (r.get("cause") or "")
+            results[name] = {"status": r["status"], "cause": r.get("cause"), "time_us": r.get("time_us"),
+                             "as_expected": caught}
+            print(f"{name:20s} {r['status']:14s} {'as expected' if caught else 'NOT AS EXPECTED'}  "
+                  f"{(r.get('time_us') or 0):8.2f} us  {(r.get('cause') or '')[:150]}", flush=True)
+    results["_seconds"] = round(time.time() - t0, 1)
+    (args.out / "cheats.json").write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,387 @@
+"""``python -m core check``: any kernel file through the same protocol as evolution.
+
+A kernel engineer hands in a source file; AbeBot puts it where a rendered genome would be:
+
+1. build the template for (workload, backend, problem) on the device and render its **first seed
+   genome** -- that gives the :class:`~core.backends.base.KernelSource` with the entry point,
+   compiler flags, launch description (a C kernel's ctypes ``argtypes`` included) and resources;
+2. replace its ``source`` by the file's text (and ``entry``, and keys of ``launch``, when given);
+3. evaluate it with the real sandboxed :class:`~core.evaluation.evaluator.Evaluator`: ``start()``
+   times the baselines, ``evaluate_sources([kernel])`` runs the protocol (static check, compile,
+   verification on every shape, timing, checked timed launches, roofline, stability, memory).
+
+The result is a dict (:func:`check_kernel`, :class:`Checker`) and a plain-text report
+(:func:`format_report`): the verdict (``ok`` or the lethal status and its cause), the error on each
+verification shape, the time against every baseline (median and spread) and the share of the
+roofline. What a kernel must look like for each workload x backend -- the *entry contract* -- is
+generated from the templates by :mod:`core.contract` (``python -m core check --contract``), so
+README's "Bring your own kernel" cannot drift from the code.
+
+Bad input (unknown workload or backend, an unreadable file, bad JSON, a backend not available here,
+a missing device) raises :class:`CheckInputError` (a ValueError) before anything is written.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from core.backends.base import KernelSource
+from core.evaluation.timing import TIMING_TARGET_S
+
+EXIT_OK, EXIT_REJECTED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class CheckInputError(ValueError):
+    """Bad input to ``check``: one line on stderr, exit status 2, nothing written."""
+
+
+class DeviceBusyError(CheckInputError):
+    """Another process holds the device (a run, a bench, another check)."""
+
+
+# ---- input ---------------------------------------------------------------------------------------
+
+def parse_json_object(text: str | dict | None, flag: str) -> dict:
+    """A JSON object given on the command line (or already a dict); CheckInputError otherwise."""
+    if text is None:
+        return {}
+    if isinstance(text, dict):
+        return dict(text)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CheckInputError(f"{flag} is not valid JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise CheckInputError(f"{flag} must be a JSON object (got {type(value).__name__})")
+    return value
+
+
+def read_kernel(path: str | Path) -> str:
+    """The text of a kernel file; CheckInputError when it is missing, unreadable or not text."""
+    p = Path(path)
+    try:
+        return p.read_text()
+    except FileNotFoundError:
+        raise CheckInputError(f"--kernel {path}: no such file") from None
+    except IsADirectoryError:
+        raise CheckInputError(f"--kernel {path} is a folder, not a kernel file") from None
+    except UnicodeDecodeError:
+        raise CheckInputError(f"--kernel {path} is not a UTF-8 text file") from None
+    except OSError as exc:
+        raise CheckInputError(f"--kernel {path}: {exc.strerror or exc}") from None
+
+
+def validate_target(workload: str, backend: str, problem: dict | None, device: int = 0) -> tuple[Any, dict]:
+    """(workload spec, full problem) when the pair exists, the backend runs here and the device
+    exists; CheckInputError naming what is wrong otherwise. Writes nothing."""
+    from core.backends import availability, backend_class
+    from core.workloads import get_workload
+
+    try:
+        wl = get_workload(workload)
+        backend_class(backend)
+    except ValueError as exc:
+        raise CheckInputError(str(exc)) from None
+    if backend not in wl.templates:
+        raise CheckInputError(f"workload {workload!r} has no {backend!r} template (has: {', '.join(wl.templates)})")
+    try:
+        full = wl.validate_problem(dict(problem or {}), backend)
+    except ValueError as exc:
+        raise CheckInputError(f"--problem: {exc}") from None
+    reason = availability(backend)
+    if reason:
+        raise CheckInputError(f"backend {backend!r} is not available here: {reason}")
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise CheckInputError(f"--device must be a device index >= 0 (got {device!r})")
+    n = len(backend_class(backend).devices())
+    if device >= n:
+        raise CheckInputError(f"backend {backend!r} has {n} device(s); --device {device} does not exist")
+    return wl, full
+
+
+def planted(seed: KernelSource, source: str, entry: str | None = None, launch: dict | None = None) -> KernelSource:
+    """The seed's kernel with ``source`` in its place; ``entry`` replaces the entry point and
+    ``launch`` is merged into the seed's launch dict (its keys win)."""
+    changes: dict[str, Any] = {"source": source}
+    if entry:
+        changes["entry"] = entry
+    if launch:
+        changes["launch"] = {**seed.launch, **launch}
+    return dataclasses.replace(seed, **changes)
+
+
+# ---- the device lock -----------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _no_lock(runs_dir: Any, backend: str, device: int, what: str) -> Iterator[None]:
+    yield
+
+
+def device_lock() -> tuple[Callable, type]:
+    """(``hold_device``, ``DeviceBusy``) from :mod:`core.devicelock`; a lock that does nothing
+    (and an exception never raised) where that module is not there."""
+    try:
+        from core.devicelock import DeviceBusy, hold_device
+    except ImportError:
+        return _no_lock, type("NeverBusy", (Exception,), {})
+    return hold_device, DeviceBusy
+
+
+# ---- checking ------------------------------------------------------------------------------------
+
+class Checker:
+    """One started evaluator (sandbox + timed baselines) for (workload, backend, problem, device);
+    :meth:`check` runs any number of kernel sources through it.
+
+    :func:`check_kernel` is the one-shot form the command line uses; a test or a script checking
+    many kernels keeps one Checker, so the sandbox starts and the baselines are timed once.
+    """
+
+    def __init__(self, workload: str, backend: str, problem: dict | None = None, *, runs_dir: str | Path = "runs",
+                 device: int = 0, timing_target_s: float = TIMING_TARGET_S, timeout_s: float = 30.0,
+                 stability_launches: int = 20, seed: int = 0, log_path: str | Path | None = None):
+        from core.config import ConfigError, RunConfig
+
+        self.workload, self.problem = validate_target(workload, backend, problem, device)
+        try:
+            self.config = RunConfig.from_dict({"workload": workload, "backend": backend, "device": device,
+                                               "problem": dict(self.problem), "timeout_s": float(timeout_s),
+                                               "stability_launches": int(stability_launches), "seed": int(seed)})
+        except ConfigError as exc:
+            raise CheckInputError(str(exc)) from None
+        try:
+            from core.bounds import check_fits  # a problem too big for the device's memory is bad input
+        except ImportError:
+            check_fits = None
+        if check_fits is not None:
+            try:
+                check_fits(self.config)
+            except ConfigError as exc:
+                raise CheckInputError(str(exc)) from None
+        main = self.workload.shapes(self.problem)[0]
+        self.min_bytes = float(self.workload.min_bytes(main, self.problem))
+        self.flops = float(self.workload.flops(main, self.problem))
+        self.runs_dir = Path(runs_dir)
+        self.timing_target_s = float(timing_target_s)
+        self.log_path = Path(log_path) if log_path else Path(tempfile.gettempdir()) / f"abebot-check-{os.getpid()}.log"
+        self.lines: list[str] = []  # the evaluator's log lines
+        self.evaluator = None
+        self.baseline: dict | None = None
+        self.seed: KernelSource | None = None
+
+    def start(self) -> dict:
+        """Start the sandbox, time the baselines, render the first seed; return the baseline record."""
+        from core.evaluation.evaluator import Evaluator
+
+        self.evaluator = Evaluator(self.config, self.runs_dir / ".cache", log=self.lines.append,
+                                   log_path=self.log_path, timing_target_s=self.timing_target_s)
+        self.baseline = self.evaluator.start()
+        self.seed = seed_kernel(self.evaluator.template)
+        return self.baseline
+
+    def close(self) -> None:
+        if self.evaluator is not None:
+            self.evaluator.close()
+            self.evaluator = None
+
+    def __enter__(self) -> "Checker":
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def kernel(self, source: str, entry: str | None = None, launch: dict | None = None) -> KernelSource:
+        """The KernelSource that :meth:`check` evaluates for ``source``."""
+        if self.seed is None:
+            raise RuntimeError("Checker.start() must be called before checking")
+        return planted(self.seed, source, entry, launch)
+
+    def check(self, source: str, entry: str | None = None, launch: dict | None = None, path: str = "") -> dict:
+        """Evaluate ``source`` as this pair's kernel; the result dict (see :func:`result_dict`)."""
+        kernel = self.kernel(source, entry, launch)
+        [ev] = self.evaluator.evaluate_sources([kernel])
+        return result_dict(self, kernel, ev, path)
+
+
+def seed_kernel(template: Any) -> KernelSource:
+    """The template's first seed genome, rendered."""
+    seeds = template.gene_space().seed_genomes()
+    if not seeds:
+        raise RuntimeError(f"the {template.backend} template of {template.workload.name} has no seed genome")
+    return template.render(seeds[0])
+
+
+def check_kernel(workload: str, backend: str, kernel: str | Path, problem: dict | str | None = None,
+                 entry: str | None = None, launch: dict | str | None = None, runs_dir: str | Path = "runs",
+                 device: int = 0, **options: Any) -> dict:
+    """Check the kernel file ``kernel`` once: validate the input (CheckInputError), hold the device,
+    start a :class:`Checker`, evaluate, stop it. ``options`` go to :class:`Checker` (timing_target_s,
+    timeout_s, stability_launches, seed, log_path)."""
+    problem = parse_json_object(problem, "--problem")
+    launch = parse_json_object(launch, "--launch")
+    if entry is not None and not re.fullmatch(r"[A-Za-z_]\w*", entry):
+        raise CheckInputError(f"--entry {entry!r} is not a function name")
+    source = read_kernel(kernel)
+    checker = Checker(workload, backend, problem, runs_dir=runs_dir, device=device, **options)  # validates
+    hold_device, busy = device_lock()
+    try:
+        with hold_device(Path(runs_dir), backend, device, f"check {kernel}"):
+            with checker:
+                return checker.check(source, entry, launch, str(kernel))
+    except busy as exc:
+        raise DeviceBusyError(str(exc)) from None
+
+
+# ---- the result ----------------------------------------------------------------------------------
+
+def rooflines(baseline: dict, min_bytes: float | None, flops: float | None, time_us: float | None) -> dict:
+    """The memory floor (fewest bytes / measured bandwidth) and compute floor (operations / measured
+    peak rate) of one call, the roofline (the larger), the protocol's ``suspect`` threshold, and the
+    kernel's share of the roofline in percent (roofline / time). None where a number is unknown."""
+    peaks = baseline.get("peaks") or {}
+    bandwidth, rate = peaks.get("bandwidth_bytes_per_s"), peaks.get("flops_per_s")
+    memory = min_bytes / bandwidth * 1e6 if (bandwidth and min_bytes) else None
+    compute = flops / rate * 1e6 if (rate and flops) else None
+    floors = [v for v in (memory, compute) if v is not None]
+    roofline = max(floors) if floors else _positive(baseline.get("roofline_us"))
+    bound = None
+    if floors:
+        bound = "compute" if roofline == compute else "memory"
+    return {"memory_us": memory, "compute_us": compute, "roofline_us": roofline, "bound": bound,
+            "suspect_below_us": _positive(baseline.get("floor_us")),
+            "percent": roofline / time_us * 100.0 if (roofline and time_us) else None,
+            "bandwidth_bytes_per_s": bandwidth, "flops_per_s": rate}
+
+
+def _positive(v: Any) -> float | None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    return float(v) if ok else None
+
+
+def result_dict(checker: Checker, kernel: KernelSource, ev: Any, path: str = "") -> dict:
+    """What ``check`` reports, as plain data (JSON-serialisable)."""
+    b = checker.baseline or {}
+    record = {k: v for k, v in ev.to_dict().items() if k not in ("source", "genome_hash", "launch", "entry", "flags")}
+    time_us = ev.time_us  # a rejected kernel's time, when it got that far, is shown too (its verdict says why)
+    baselines = {}
+    for name, e in (b.get("baselines") or {}).items():
+        t = e.get("time_us")
+        baselines[name] = {"time_us": t, "spread_us": e.get("spread_us"), "verified": bool(e.get("verified")),
+                           "cause": e.get("cause", ""),
+                           "speedup": (t / time_us) if (t and time_us) else None}
+    return {
+        "verdict": ev.status, "ok": ev.ok, "status": ev.status, "cause": ev.cause,
+        "workload": checker.config.workload, "backend": checker.config.backend, "problem": dict(checker.problem),
+        "device": checker.evaluator.backend.device.label() if checker.evaluator else "", "kernel": path,
+        "entry": kernel.entry, "launch": _jsonable(kernel.launch), "flags": list(kernel.flags),
+        "time_us": ev.time_us, "time_spread_us": ev.time_spread_us, "stability": ev.stability,
+        "memory_bytes": ev.memory_bytes, "extra_bytes": ev.extra_bytes,
+        "max_abs_err": ev.max_abs_err, "rel_err": ev.rel_err,
+        "shape_errors": _jsonable(getattr(ev, "shape_errors", None) or []),
+        "tolerance": tolerances(checker.workload, checker.problem),
+        "primary": b.get("primary"), "baselines": baselines, "shape": b.get("shape"),
+        "roofline": rooflines(b, checker.min_bytes, checker.flops, ev.time_us),
+        "sandbox_log": str(checker.log_path), "evaluation": _jsonable(record),
+    }
+
+
+def tolerances(workload: Any, problem: dict) -> dict:
+    """(atol, rtol) per verification shape (by its text) of the first written tensor's dtype."""
+    out = next((t for t in workload.tensors(problem) if t.written), None)
+    if out is None:
+        return {}
+    dtype = out.dtype_in(problem)
+    return {_fmt_shape(s): list(workload.tolerance(dtype, s)) for s in workload.shapes(problem)}
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _fmt_shape(shape: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def _num(v: Any, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def format_report(r: dict) -> str:
+    """The plain-text report of a result dict."""
+    lines = [f"check {r['workload']} on {r['backend']} ({r['device']}), problem {json.dumps(r['problem'])}",
+             f"kernel {r['kernel'] or '(source)'}: entry {r['entry']}"]
+    if r["ok"]:
+        lines.append("verdict: ok")
+    else:
+        lines.append(f"verdict: REJECTED {r['status']}: {r['cause']}")
+    lines.append("verification (worst error on each shape):")
+    tol = r.get("tolerance") or {}
+    if r["shape_errors"]:
+        for e in r["shape_errors"]:
+            shape = e.get("shape", {})
+            key = _fmt_shape(shape) if isinstance(shape, dict) else str(shape)
+            extra = "  ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                              for k, v in e.items() if k not in ("shape", "max_abs_err", "rel_err"))
+            t = tol.get(key)
+            lines.append(f"  {key:28s} max_abs_err {_sci(e.get('max_abs_err'))}  rel_err {_sci(e.get('rel_err'))}"
+                         + (f"  (atol {t[0]:g}, rtol {t[1]:g})" if t else "") + (f"  {extra}" if extra else ""))
+    else:
+        lines.append(f"  over every shape checked: max_abs_err {_sci(r['max_abs_err'])}  rel_err {_sci(r['rel_err'])}"
+                     "  (the evaluator reported no per-shape errors)")
+        for key, t in tol.items():
+            lines.append(f"  {key:28s} tolerance atol {t[0]:g}, rtol {t[1]:g}")
+    if r["time_us"] is not None:
+        lines.append(f"time: median {r['time_us']:.2f} us, spread (IQR) {_num(r['time_spread_us'])} us"
+                     f" on shape {_fmt_shape(r['shape'] or {})}")
+    else:
+        lines.append("time: not measured (rejected before timing)")
+    lines.append(f"{'baseline':24s} {'median us':>11s} {'spread us':>10s} {'kernel speed-up':>16s}")
+    for name, b in sorted(r["baselines"].items(), key=lambda kv: kv[1]["time_us"] or math.inf):
+        speed = f"{b['speedup']:.3f}x" if b["speedup"] else "-"
+        mark = " (primary)" if name == r.get("primary") else ("" if b["verified"] else f" (not verified: {b['cause']})")
+        lines.append(f"  {name:22s} {_num(b['time_us']):>11s} {_num(b['spread_us']):>10s} {speed:>16s}{mark}")
+    rf = r["roofline"]
+    parts = []
+    if rf["memory_us"] is not None:
+        parts.append(f"memory {rf['memory_us']:.2f} us at {rf['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s")
+    if rf["compute_us"] is not None:
+        parts.append(f"compute {rf['compute_us']:.2f} us at {rf['flops_per_s'] / 1e9:.1f} GFLOP/s")
+    if rf["suspect_below_us"] is not None:
+        parts.append(f"suspect below {rf['suspect_below_us']:.2f} us")
+    detail = f" ({'; '.join(parts)})" if parts else ""
+    if rf["roofline_us"] is None:
+        lines.append("roofline: unknown on this device (no measured bandwidth or peak)")
+    elif rf["percent"] is not None:
+        bound = f"{rf['bound']}-bound " if rf["bound"] else ""
+        lines.append(f"roofline: {rf['percent']:.1f}% of the {bound}roofline {rf['roofline_us']:.2f} us{detail}")
+    else:
+        lines.append(f"roofline: {rf['roofline_us']:.2f} us{detail}")
+    ev = r["evaluation"]
+    if r["ok"] or r["stability"]:
+        parts = [f"{k} {ev[k]:.3f}" for k in ("determinism", "steadiness", "error_margin") if ev.get(k) is not None]
+        lines.append(f"stability: {r['stability']:.3f}" + (f" ({', '.join(parts)})" if parts else ""))
+    if r["memory_bytes"] is not None:
+        lines.append(f"memory: {r['memory_bytes']} bytes ({r['extra_bytes'] or 0} beyond inputs and outputs)")
+    log = r["evaluation"].get("compile_log") or ""
+    if r["status"] == "compile_error" and log:
+        lines.append("compiler log:")
+        lines += ["  " + ln for ln in log.splitlines()]
+    if r["status"] in ("crashed", "timeout"):
+        lines.append(f"sandbox log: {r['sandbox_log']}")
+    return "\n".join(lines)
+
+
+def _sci(v: Any) -> str:
+    return "-" if v is None else f"{v:.3g}"

@@ -1,0 +1,63 @@
+"""Physical floors: how fast any kernel could possibly run on this device, from measured peaks.
+
+At the sandbox's start it measures, on the device and with the runtime's own clock, the copy
+bandwidth (bytes read + written by a device-to-device copy of the timed working set's size) and the matrix-multiply rate in
+the problem's dtype (the best of a few library matmuls). A call moving ``B`` bytes and doing ``F``
+operations cannot take less than ``max(B / bandwidth, F / flops)``: the roofline. Measured peaks
+are a little below the true ones (a library copy or matmul is not perfect), so a kernel is
+``suspect`` only when it beats the roofline by more than :data:`ALLOWANCE`; and since a verified
+library baseline is physical by definition, a floor is never set above the fastest baseline.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+ALLOWANCE = 1.25  # a kernel may beat the measured-peak roofline by this factor before it is suspect
+SIZES = {"cpu": {"copy_elements": 1 << 24, "matmul": (256, 512)},
+         "gpu": {"copy_elements": 1 << 28, "matmul": (4096, 8192)}}
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """Measured peaks of one device: bytes/s (read + written) and operations/s of a matmul."""
+
+    bandwidth: float
+    flops: float
+    dtype: str
+
+    def roofline_s(self, min_bytes: float, flops: float) -> float:
+        """The physical time of one call: memory- or compute-bound, whichever is longer."""
+        return max(min_bytes / self.bandwidth if self.bandwidth else 0.0, flops / self.flops if self.flops else 0.0)
+
+    def best(self, other: "Peaks | None") -> "Peaks":
+        """The higher of each peak: a measured peak can only fall short of the true one (a busy
+        moment, a cold clock), so the running maximum approaches it from below."""
+        if other is None:
+            return self
+        return Peaks(max(self.bandwidth, other.bandwidth), max(self.flops, other.flops), self.dtype)
+
+    def as_dict(self) -> dict:
+        return {"bandwidth_bytes_per_s": self.bandwidth, "flops_per_s": self.flops, "dtype": self.dtype}
+
+
+def measure_peaks(runtime: Any, dtype: str, device_kind: str, working_set_bytes: int) -> Peaks:
+    """Copy bandwidth and matmul rate of the runtime's device, best of a few timed calls each.
+
+    The copy moves as many bytes as the timed launches rotate through (``working_set_bytes``), so a
+    working set that fits in a cache is bounded by that cache's bandwidth, not by DRAM's."""
+    a = runtime.arrays
+    sizes = SIZES.get(device_kind, SIZES["cpu"])
+    elements = int(min(sizes["copy_elements"], max(1 << 14, working_set_bytes // 8)))
+    src = a.normal((elements,), "float32", a.generator(1), 0.0, 1.0)
+    dst = a.clone(src)
+    copy_s = min(runtime.time(lambda i: a.copy_into(dst, src), reps=5, warmup=2))
+    bandwidth = 2 * a.nbytes(src) / copy_s
+    src = dst = None  # free the copy buffers before the matmuls
+    flops = 0.0
+    for n in sizes["matmul"]:
+        x = a.normal((n, n), dtype, a.generator(2), 0.0, 1.0)
+        y, z = a.clone(x), a.clone(x)
+        mm_s = min(runtime.time(lambda i: a.xp.matmul(x, y, out=z), reps=5, warmup=2))
+        flops = max(flops, 2.0 * n ** 3 / mm_s)
+    return Peaks(bandwidth, flops, dtype)

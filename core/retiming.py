@@ -1,0 +1,204 @@
+"""Measurements a kernel engineer can trust: the baseline re-timed in every generation, elites re-timed.
+
+A machine that other work shares does not run at one speed: numpy's GEMM measured anywhere from
+184 µs to 17,993 µs on a busy box, and a kernel's best single showing is 0.75-0.79x its median.
+So, in every generation:
+
+* **the baseline is timed ``baseline_checks`` times, interleaved with the candidates**: once
+  before them, once after, and (the default, 3) once between the halves -- the generation's
+  candidates are split into ``baseline_checks - 1`` chunks with a baseline timing around each.
+  The generation's baseline is the *median* of those timings of the primary (the baseline that
+  verified in the most timings and is the fastest by median, re-chosen each generation; its name is
+  kept). Three timings are the default because the median of three outvotes one burst of load (the
+  median of two is their mean), for one more baseline timing per generation -- about as long as one
+  candidate's timing, 0.05-0.5 s on the CPU.
+* **noise**: the generation's baseline spread is the larger of the drift between the interleaved
+  timings (max - min of the primary's medians) and the jitter within one timing (the median of
+  their interquartile ranges); its relative spread is that over the baseline's median time. A
+  generation whose relative spread exceeds :data:`NOISY_REL_SPREAD` (5 %) is flagged ``noisy``:
+  its time ratios are not to be trusted to better than that.
+* **elites are re-timed**: every elite carried into the generation is measured again (the same
+  evaluator path, so it is re-verified too; a re-measurement is not a new evaluation). Each
+  genome's times accumulate in ``time_samples_us``; its ``time_us`` -- what fitness, the Pareto
+  ranking and the champion use -- is the median of them, normalised by the current generation's
+  baseline. An elite whose re-measurement fails (wrong result, crash, timeout...) is lethal from then
+  on, with the cause prefixed "re-measurement:".
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+NOISY_REL_SPREAD = 0.05  # a generation whose baseline moved or jittered by more than this is flagged noisy
+_DROP = ("source", "compile_log")  # kept in the store's kernels table, not in memory for every re-timing
+
+
+def time_samples(measure: Mapping) -> list[float]:
+    """Every time (µs) measured for this genome so far in the run, oldest first.
+
+    ``time_samples_us`` is a list, or its JSON text when the measure was read back from the store;
+    a measure without it (a new evaluation, a run from before re-timing) has its one ``time_us``.
+    """
+    raw = measure.get("time_samples_us")
+    if isinstance(raw, str) and raw:
+        raw = json.loads(raw)
+    if isinstance(raw, (list, tuple)) and raw:
+        return [float(t) for t in raw]
+    t = measure.get("time_us")
+    return [float(t)] if measure.get("status") == "ok" and t is not None and t == t else []
+
+
+def first_measure(measure: Mapping) -> dict:
+    """A new evaluation with its time as the first sample."""
+    return {**measure, "time_samples_us": time_samples(measure)}
+
+
+def remeasured(previous: Mapping, fresh: Mapping) -> dict:
+    """``previous`` (the genome's measure so far) after the re-measurement ``fresh``.
+
+    Its times accumulate and ``time_us`` becomes their median; the other measurements (memory,
+    stability, errors, the launch IQR ``time_spread_us``) are the fresh ones. A failed
+    re-measurement makes the genome lethal.
+    """
+    samples = time_samples(previous)
+    out = {k: v for k, v in fresh.items() if k not in _DROP}
+    if fresh.get("status") == "ok" and fresh.get("time_us") is not None:
+        samples = samples + [float(fresh["time_us"])]
+        out["time_us"] = statistics.median(samples)
+    elif fresh.get("status") != "ok":
+        out["cause"] = f"re-measurement: {fresh.get('cause') or fresh.get('status')}"
+    out["time_samples_us"] = samples
+    return out
+
+
+def iqr(values: Sequence[float]) -> float:
+    """Interquartile range (linear interpolation, as the timing protocol's)."""
+    if len(values) < 2:
+        return 0.0
+    q25, q75 = np.percentile(np.asarray(values, dtype=float), [25, 75])
+    return float(q75 - q25)
+
+
+def champion_figures(measure: Mapping) -> dict:
+    """The champion's median time, its spread and how many timings it rests on.
+
+    The spread is the interquartile range of its re-measurements; with one measurement only, the
+    interquartile range of that measurement's launches (``time_spread_us``).
+    """
+    samples = time_samples(measure)
+    if not samples:
+        return {"champion_time_us": None, "champion_spread_us": None, "champion_samples": 0}
+    spread = iqr(samples) if len(samples) > 1 else measure.get("time_spread_us")
+    return {"champion_time_us": statistics.median(samples), "champion_spread_us": spread,
+            "champion_samples": len(samples)}
+
+
+# -- the generation's baseline -----------------------------------------------------------------------
+def _timed(record: Mapping) -> dict[str, Mapping]:
+    """Baseline name -> its entry, for the baselines of one record that verified and were timed."""
+    entries = record.get("baselines")
+    if not isinstance(entries, Mapping) or not entries:  # a record without the per-baseline detail
+        entries = {record.get("primary", "baseline"): {**record, "verified": True}}
+    return {name: e for name, e in entries.items()
+            if e.get("time_us") is not None and e.get("verified", True)}
+
+
+def combine(records: Sequence[Mapping]) -> dict:
+    """One generation's baseline record from its interleaved timings (see the module docstring).
+
+    The record has the evaluator's keys (``primary``, ``time_us``, ``spread_us``, ``memory_bytes``,
+    ``baselines``, ``device``...) with ``time_us`` the median of the primary's timings, plus
+    ``samples_us`` (those timings, in order), ``rel_spread`` and ``noisy``.
+    """
+    if not records:
+        raise ValueError("no baseline timing to combine")
+    timed = [_timed(r) for r in records]
+    names = {name for t in timed for name in t}
+    if not names:
+        raise RuntimeError("no baseline verified in this generation's timings")
+    times = {name: [t[name]["time_us"] for t in timed if name in t] for name in names}
+    most = max(len(v) for v in times.values())
+    primary = min((n for n in names if len(times[n]) == most), key=lambda n: (statistics.median(times[n]), n))
+    samples = [float(t) for t in times[primary]]
+    median = statistics.median(samples)
+    jitters = [float(t[primary]["spread_us"]) for t in timed if primary in t and t[primary].get("spread_us") is not None]
+    jitter = statistics.median(jitters) if jitters else 0.0
+    spread = max(max(samples) - min(samples), jitter)
+    rel = spread / median if median > 0 else float("inf")
+    last = next(t[primary] for t in reversed(timed) if primary in t)
+    baselines = {}
+    for name in sorted(names):
+        entry = next(t[name] for t in reversed(timed) if name in t)
+        baselines[name] = {**entry, "time_us": statistics.median(times[name]), "samples_us": times[name]}
+    return {**records[-1], "primary": primary, "time_us": median, "spread_us": spread,
+            "memory_bytes": last.get("memory_bytes", records[-1].get("memory_bytes")), "baselines": baselines,
+            "samples_us": samples, "rel_spread": rel, "noisy": bool(rel > NOISY_REL_SPREAD)}
+
+
+def baseline_summary(baseline: Mapping) -> dict:
+    """The generation's baseline as ``generations`` columns."""
+    samples = baseline.get("samples_us")
+    return {"baseline_primary": baseline.get("primary"), "baseline_time_us": baseline.get("time_us"),
+            "baseline_spread_us": baseline.get("spread_us"), "baseline_rel_spread": baseline.get("rel_spread"),
+            "baseline_samples_us": json.dumps(list(samples)) if samples is not None else None,
+            "noisy": baseline.get("noisy")}
+
+
+def describe(baseline: Mapping) -> str:
+    """``numpy 183.20us ±2.1% (3 timings)`` (plus ``NOISY`` when flagged) for the log."""
+    rel = baseline.get("rel_spread")
+    text = f"{baseline.get('primary')} {float(baseline['time_us']):.2f}us"
+    if rel is not None:
+        text += f" ±{100 * rel:.1f}% ({len(baseline.get('samples_us') or [])} timings)"
+    return text + (" NOISY" if baseline.get("noisy") else "")
+
+
+# -- one generation's measurements, interleaved -------------------------------------------------------
+def measure_generation(fresh: Sequence[Any], retime: Sequence[Any], evaluate: Callable[[list], list[dict]],
+                       retimer: Callable[[list], list[dict]] | None, remeasure: Callable[[], Mapping] | None,
+                       checks: int, log: Callable[[str], None] | None = None
+                       ) -> tuple[list[dict], list[dict], dict | None]:
+    """Evaluate ``fresh`` genomes and re-measure ``retime`` ones between baseline timings.
+
+    Returns (the fresh measures, the re-measurements, the generation's baseline record or None
+    when ``remeasure`` is None). The genomes are split into ``checks - 1`` chunks, the fresh ones in
+    order and the re-timed ones dealt round-robin, with a baseline timing before each chunk and after
+    the last. A baseline timing that fails is logged and skipped; RuntimeError when all fail.
+    """
+    n_chunks = max(1, checks - 1) if remeasure else 1
+    retime = list(retime) if retimer else []
+    size = -(-len(fresh) // n_chunks) if fresh else 0
+    chunks = [(list(fresh[i * size:(i + 1) * size]), retime[i::n_chunks]) for i in range(n_chunks)]
+    records: list[Mapping] = []
+
+    def check() -> None:
+        if remeasure is None:
+            return
+        try:
+            records.append(remeasure())
+        except RuntimeError as exc:
+            if log:
+                log(f"baseline timing failed, skipped: {exc}")
+
+    new: list[dict] = []
+    again: list[dict] = []
+    check()
+    for part, old in chunks:
+        if part:
+            new += evaluate(part)
+        if old:
+            again += retimer(old)  # type: ignore[misc]
+        check()
+    if remeasure is None:
+        return new, again, None
+    if not records:
+        raise RuntimeError("every baseline timing of this generation failed")
+    return new, again, combine(records)
+
+
+def unique(genomes: Iterable[Any]) -> list:
+    """Distinct genomes by hash, first occurrence kept."""
+    return list({g.hash: g for g in genomes}.values())

@@ -1,0 +1,31 @@
+"""Genes every OpenMP C template shares: the thread counts to offer, and the canonical form of
+genes that a single thread or a scalar width leaves unwritten."""
+from __future__ import annotations
+
+from typing import Callable
+
+from core.genome import Genome, with_gene
+
+
+def thread_options(cores: int) -> tuple[int, ...]:
+    """1, all cores and a few counts between; 2 even on one core, so that threading stays a gene."""
+    return tuple(sorted({1, 2, cores, *(c for c in (4, 8, 16, 32) if c < cores), max(1, cores // 2)}))
+
+
+def one_thread(**fixed) -> Callable[[Genome], Genome]:
+    """threads = 1 renders no parallel region, so no ``omp for schedule(kind, chunk)`` is written:
+    the ``parallel_config`` genes in ``fixed`` take their fixed values."""
+    def rule(g: Genome) -> Genome:
+        if g["parallel_config"]["threads"] == 1:
+            for name, value in fixed.items():
+                g = with_gene(g, "parallel_config", name, value)
+        return g
+    return rule
+
+
+def scalar_width(g: Genome) -> Genome:
+    """Width 1 is the scalar loop whichever the spelling: GCC vector types and ``#pragma omp simd``
+    are only written for widths above 1."""
+    if g["memory_pattern"]["vector_width"] == 1:
+        g = with_gene(g, "memory_pattern", "vectorize", "vector_ext")
+    return g

@@ -1,0 +1,329 @@
+"""``python -m core check`` and the planted-cheat suite.
+
+Every cheat in ``tests/cheats/`` is a hand-written C kernel with the template's own signature that
+tries to look fast or right without being either. Each goes through :mod:`core.check` -- the seed's
+rendered KernelSource with the cheat's text as its source, evaluated by the real sandboxed
+evaluator, exactly as ``python -m core check`` does -- and must be rejected with the right cause.
+
+To stay fast on a two-core runner, most checks share one started :class:`core.check.Checker` per
+problem (one sandbox, baselines timed once); a few real ``python -m core check`` subprocesses test
+the exit codes and the JSON output, and bad input is tested in-process through ``core.cli.main``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.backends import availability
+from core.check import Checker, format_report, rooflines
+from core.contract import contract, contract_pairs, contract_text
+from core.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CHEATS = ROOT / "tests" / "cheats"
+C_UNAVAILABLE = availability("c")
+pytestmark = pytest.mark.skipif(C_UNAVAILABLE is not None, reason=f"C backend: {C_UNAVAILABLE}")
+
+GEMM = {"m": 64, "n": 64, "k": 64}
+GEMM_COMPUTE_BOUND = {"m": 192, "n": 192, "k": 192}  # the compute floor ~15x the memory floor: room for a memo
+RMSNORM = {"rows": 64, "cols": 256}
+OPTIONS = {"timeout_s": 20.0, "stability_launches": 8}
+
+
+# ---- fixtures and helpers --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("check-runs")
+
+
+def _checker(runs_dir: Path, workload: str, problem: dict):
+    checker = Checker(workload, "c", problem, runs_dir=runs_dir, log_path=runs_dir / f"{workload}-sandbox.log", **OPTIONS)
+    checker.start()
+    return checker
+
+
+@pytest.fixture(scope="module")
+def gemm(runs_dir):
+    checker = _checker(runs_dir, "gemm", GEMM)
+    yield checker
+    checker.close()
+
+
+@pytest.fixture(scope="module")
+def rmsnorm(runs_dir):
+    checker = _checker(runs_dir, "rmsnorm", RMSNORM)
+    yield checker
+    checker.close()
+
+
+@pytest.fixture(scope="module")
+def gemm_compute_bound(runs_dir):
+    checker = _checker(runs_dir, "gemm", GEMM_COMPUTE_BOUND)
+    yield checker
+    checker.close()
+
+
+@pytest.fixture
+def checkers(request):
+    """The started checker of a workload by name (fixtures made on first use)."""
+    return lambda name: request.getfixturevalue(name)
+
+
+def cheat(checker: Checker, name: str, **defines) -> dict:
+    """Check ``tests/cheats/<name>.c`` (``defines`` prepended as ``#define``s); the result dict."""
+    path = CHEATS / f"{name}.c"
+    source = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + path.read_text()
+    result = checker.check(source, path=str(path))
+    json.dumps(result)  # what --json prints
+    assert format_report(result)
+    return result
+
+
+def verdict(r: dict) -> str:
+    """Status, cause and time, for assertion messages."""
+    return f"{r['status']}: {r['cause'] or '(no cause)'}; time {r['time_us']} us; stability {r['stability']}"
+
+
+# ---- a correct kernel ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workload", ["gemm", "rmsnorm"])
+def test_the_seeds_own_source_checks_ok_with_every_measurement(checkers, workload):
+    checker = checkers(workload)
+    r = checker.check(checker.seed.source)
+    assert r["ok"] and r["verdict"] == "ok" and r["cause"] == "", verdict(r)
+    assert r["time_us"] > 0 and r["time_spread_us"] >= 0
+    shapes = checker.workload.shapes(checker.problem)
+    assert [e["shape"] for e in r["shape_errors"]] == shapes
+    for e in r["shape_errors"]:
+        assert ",".join(f"{k}={v}" for k, v in e["shape"].items()) in r["tolerance"]
+        assert 0 <= e["max_abs_err"] and 0 <= e["margin_used"] < 1, e
+    assert r["evaluation"]["determinism"] == 1.0 and 0 < r["stability"] <= 1
+    primary = r["baselines"][r["primary"]]
+    assert primary["verified"] and primary["time_us"] > 0
+    assert primary["speedup"] == pytest.approx(primary["time_us"] / r["time_us"])
+    roof = r["roofline"]
+    assert roof["memory_us"] > 0 and roof["compute_us"] > 0 and roof["percent"] > 0
+    assert roof["roofline_us"] == max(roof["memory_us"], roof["compute_us"])
+
+
+def test_the_report_gives_the_verdict_every_shape_every_baseline_and_the_roofline(gemm):
+    r = gemm.check(gemm.seed.source, path="seed.c")
+    text = format_report(r)
+    assert "verdict: ok" in text and "seed.c" in text
+    for shape in gemm.workload.shapes(gemm.problem):
+        assert ",".join(f"{k}={v}" for k, v in shape.items()) in text
+    assert "numpy" in text and "speed-up" in text and "median" in text
+    assert "% of the compute-bound roofline" in text
+
+
+def test_entry_and_launch_flags_replace_the_seeds(gemm):
+    source = gemm.seed.source.replace("abebot_gemm", "my_gemm")
+    kernel = gemm.kernel(source, entry="my_gemm", launch={"threads": 1, "note": "mine"})
+    assert kernel.entry == "my_gemm" and kernel.source == source
+    assert kernel.launch["argtypes"] == gemm.seed.launch["argtypes"] and kernel.launch["note"] == "mine"
+    r = gemm.check(source, entry="my_gemm", launch={"note": "mine"})
+    assert r["ok"] and r["entry"] == "my_gemm" and r["launch"]["note"] == "mine", verdict(r)
+    missing = gemm.check(source)  # the seed's entry name is not in this file
+    assert missing["status"] in ("crashed", "compile_error") and "abebot_gemm" in missing["cause"], verdict(missing)
+
+
+# ---- the planted cheats --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workload", ["gemm", "rmsnorm"])
+def test_a_kernel_that_skips_work_when_the_output_is_written_is_rejected(checkers, workload):
+    r = cheat(checkers(workload), f"{workload}_skip_when_written")
+    assert r["status"] == "wrong_result", verdict(r)
+    assert "nan_output" in r["cause"] or "timed launch" in r["cause"], verdict(r)
+
+
+@pytest.mark.parametrize("workload", ["gemm", "rmsnorm"])
+def test_a_kernel_that_memoises_by_address_is_rejected(checkers, workload):
+    r = cheat(checkers(workload), f"{workload}_memo_by_address")
+    assert r["status"] == "wrong_result", verdict(r)
+
+
+def test_a_kernel_that_memoises_by_a_fingerprint_of_its_inputs_is_rejected(gemm):
+    r = cheat(gemm, "gemm_memo_by_fingerprint")
+    assert r["status"] == "wrong_result", verdict(r)
+
+
+def test_a_kernel_computing_in_lower_precision_than_its_dtype_is_rejected_on_verification(gemm):
+    r = cheat(gemm, "gemm_low_precision")
+    assert r["status"] == "wrong_result" and "wrong_result on m=" in r["cause"], verdict(r)
+
+
+@pytest.mark.parametrize("name", ["gemm_write_before_output", "gemm_write_after_output", "rmsnorm_write_after_output"])
+def test_a_kernel_writing_just_outside_its_output_is_rejected(checkers, name):
+    r = cheat(checkers(name.split("_")[0]), name)
+    assert r["status"] == "wrong_result" and "out_of_bounds_write" in r["cause"], verdict(r)
+
+
+@pytest.mark.parametrize("workload", ["gemm", "rmsnorm"])
+def test_a_kernel_right_only_for_its_first_calls_is_rejected(checkers, workload):
+    r = cheat(checkers(workload), f"{workload}_right_first_calls")
+    assert r["status"] in ("wrong_result", "unstable"), verdict(r)
+    if r["status"] == "wrong_result":
+        assert "timed launch" in r["cause"], verdict(r)
+
+
+def test_a_kernel_nondeterministic_beyond_tolerance_is_rejected(gemm):
+    r = cheat(gemm, "gemm_nondeterministic_large")
+    assert r["status"] in ("unstable", "wrong_result"), verdict(r)
+
+
+def test_a_kernel_nondeterministic_within_tolerance_is_ok_but_not_fully_stable(gemm):
+    r = cheat(gemm, "gemm_nondeterministic_last_bit")
+    assert r["ok"], verdict(r)
+    assert r["stability"] < 1.0 and r["evaluation"]["determinism"] < 1.0, verdict(r)
+
+
+def test_a_memo_padded_to_just_above_the_memory_floor_is_suspect(gemm_compute_bound):
+    checker = gemm_compute_bound
+    roof = rooflines(checker.baseline, checker.min_bytes, checker.flops, None)
+    spin_us = 1.2 * roof["memory_us"]  # just above a byte-only roofline
+    assert roof["suspect_below_us"] and spin_us < roof["suspect_below_us"], \
+        f"no room between the memory floor and the compute floor here: {roof}"
+    r = cheat(checker, "gemm_padded_to_memory_floor", SPIN_NS=int(spin_us * 1000))
+    assert r["status"] == "suspect", verdict(r)
+    assert r["time_us"] >= roof["memory_us"], verdict(r)
+
+
+def test_a_kernel_reading_the_previous_calls_output_is_rejected(gemm):
+    r = cheat(gemm, "gemm_previous_output")
+    assert r["status"] == "wrong_result", verdict(r)
+
+
+# ---- the command line ----------------------------------------------------------------------------
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "core", "check", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "2"})
+
+
+def _seed_file(checker: Checker, folder: Path) -> Path:
+    path = folder / "seed_gemm.c"
+    path.write_text(checker.seed.source)
+    return path
+
+
+def test_the_command_line_exits_0_for_an_ok_kernel_and_prints_json(gemm, tmp_path):
+    kernel = _seed_file(gemm, tmp_path)
+    r = cli("--workload", "gemm", "--backend", "c", "--kernel", str(kernel), "--problem", json.dumps(GEMM),
+            "--runs-dir", str(tmp_path / "runs"), "--seconds", "0.05", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(r.stdout)
+    assert result["ok"] and result["status"] == "ok" and result["kernel"] == str(kernel)
+    assert len(result["shape_errors"]) == len(gemm.workload.shapes(gemm.problem)) and result["baselines"]
+    assert "verdict: ok" in r.stderr  # the report goes to stderr beside --json
+    assert (tmp_path / "runs" / ".cache").is_dir()
+
+
+def test_the_command_line_exits_1_for_a_rejected_kernel(tmp_path):
+    r = cli("--workload", "gemm", "--backend", "c", "--kernel", str(CHEATS / "gemm_memo_by_address.c"),
+            "--problem", json.dumps(GEMM), "--runs-dir", str(tmp_path / "runs"), "--seconds", "0.05")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "verdict: REJECTED wrong_result" in r.stdout and "Traceback" not in r.stderr
+
+
+def test_the_command_line_exits_2_for_bad_input_with_one_line_on_stderr(tmp_path):
+    r = cli("--workload", "conv9d", "--backend", "c", "--kernel", str(CHEATS / "gemm_low_precision.c"),
+            "--runs-dir", str(tmp_path / "runs"))
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "unknown workload" in r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+BAD = [
+    (["--workload", "conv9d"], "unknown workload"),
+    (["--backend", "vulkan"], "unknown backend"),
+    (["--kernel", "no-such-kernel.c"], "no such file"),
+    (["--kernel", "tests"], "is a folder"),
+    (["--problem", "{not json"], "--problem is not valid JSON"),
+    (["--problem", "[64]"], "--problem must be a JSON object"),
+    (["--problem", '{"q": 3}'], "no setting q"),
+    (["--problem", '{"m": 0}'], "m must be an integer"),
+    (["--launch", "{not json"], "--launch is not valid JSON"),
+    (["--launch", '"threads"'], "--launch must be a JSON object"),
+    (["--entry", "not a name"], "is not a function name"),
+    (["--device", "7"], "--device 7 does not exist"),
+    (["--seconds", "0"], "--seconds must be"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(ROOT)
+    runs = tmp_path / "runs"
+    base = ["check", "--workload", "gemm", "--backend", "c", "--kernel", str(CHEATS / "gemm_low_precision.c"),
+            "--runs-dir", str(runs)]
+    assert main(base + args) == 2  # later flags win in argparse
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and message.lower() in err.lower(), err
+    assert not runs.exists()
+
+
+def test_check_without_a_kernel_or_with_too_many_contract_names_is_bad_input(tmp_path, capsys):
+    assert main(["check", "--workload", "gemm", "--backend", "c", "--runs-dir", str(tmp_path / "r")]) == 2
+    assert "--kernel" in capsys.readouterr().err
+    assert main(["check", "--contract", "gemm", "c", "more"]) == 2
+    assert "at most" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_backend_not_available_here_is_bad_input(tmp_path, capsys):
+    if availability("cuda") is None:
+        pytest.skip("a CUDA GPU is present here")
+    assert main(["check", "--workload", "gemm", "--backend", "cuda", "--kernel", str(CHEATS / "gemm_low_precision.c"),
+                 "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "not available here" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_busy_device_is_refused_with_exit_2(tmp_path, capsys):
+    from core.devicelock import hold_device
+
+    runs = tmp_path / "runs"
+    with hold_device(runs, "c", 0, "run held-by-test"):
+        code = main(["check", "--workload", "gemm", "--backend", "c", "--kernel", str(CHEATS / "gemm_low_precision.c"),
+                     "--problem", json.dumps(GEMM), "--runs-dir", str(runs)])
+    err = capsys.readouterr().err
+    assert code == 2 and "busy" in err and "held-by-test" in err, err
+    assert not (runs / ".cache").exists()
+
+
+# ---- the entry contract --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pair", contract_pairs(), ids=lambda p: f"{p[0]}-{p[1]}")
+def test_the_contract_names_the_entry_every_tensor_and_how_it_is_launched(pair):
+    from core.workloads import get_workload
+
+    c = contract(*pair)
+    assert c["entry"]
+    wl = get_workload(pair[0])
+    names = {t.name for t in wl.tensors(c["problem"])}
+    bound = " ".join(what for what, _ in c["arguments"])
+    assert all(f"`{n}`" in bound for n in names), (names, c["arguments"])
+    if c["language"] == "python":
+        assert c["launch_def"].startswith("def launch(")
+        assert len(c["parameters"]) >= len(c["arguments"])
+    else:
+        assert c["signature"] and c["entry"] in c["signature"]
+        assert len(c["parameters"]) == len(c["arguments"]), (c["signature"], c["arguments"])
+        if "argtypes" in c["launch"]:
+            assert len(c["launch"]["argtypes"]) == len(c["parameters"])
+    if c["language"] == "cuda":
+        assert c["grid_example"]["grid"][0] >= 1 and c["grid_example"]["block"][0] >= 32
+        assert c["bind_reads"] and "def bind" in c["bind_source"]
+
+
+def test_the_readme_holds_the_generated_contract():
+    readme = (ROOT / "README.md").read_text()
+    assert "## Bring your own kernel" in readme
+    assert contract_text() in readme, "README's entry contract differs: paste `python -m core check --contract` into it"
