@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -74,6 +73,17 @@ except Exception as exc:
     out["error"] = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
 print(json.dumps(out))
 """
+
+
+# Header-free element types: (C type, body of ``float to_f(T h)``, body of ``T from_f(float f)``).
+# bf16 and fp16 travel as their raw 16 bits and convert with PTX, so NVRTC needs no include path.
+SCALAR_TYPES = {
+    "bfloat16": ("unsigned short", "return __uint_as_float(((unsigned)h) << 16);",
+                 'unsigned short r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f)); return r;'),
+    "float16": ("unsigned short", 'float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;',
+                'unsigned short r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f)); return r;'),
+    "float32": ("float", "return h;", "return f;"),
+}
 
 
 @functools.lru_cache(maxsize=1)

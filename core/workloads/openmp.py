@@ -4,12 +4,29 @@ from __future__ import annotations
 
 from typing import Callable
 
-from core.genome import Genome, with_gene
+from core.genome import ChoiceGene, Genome, with_gene
 
 
 def thread_options(cores: int) -> tuple[int, ...]:
     """1, all cores and a few counts between; 2 even on one core, so that threading stays a gene."""
     return tuple(sorted({1, 2, cores, *(c for c in (4, 8, 16, 32) if c < cores), max(1, cores // 2)}))
+
+
+def row_parallel_genes(cores: int) -> tuple[ChoiceGene, ...]:
+    """parallel_config of a row-wise kernel: OpenMP threads over rows, their schedule and chunk."""
+    return (
+        ChoiceGene("threads", thread_options(cores), "OpenMP threads over rows (1 = no parallel region)"),
+        ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the row loop"),
+        ChoiceGene("rows_per_chunk", (1, 2, 4, 8, 16, 32), "rows handed to a thread at a time"),
+    )
+
+
+def vector_genes() -> tuple[ChoiceGene, ...]:
+    """How a loop vectorises: GCC vector types or ``#pragma omp simd``, and its width in floats."""
+    return (
+        ChoiceGene("vectorize", ("vector_ext", "omp_simd"), "GCC vector types or #pragma omp simd loops"),
+        ChoiceGene("vector_width", (1, 4, 8, 16), "floats per vector (1 = scalar)"),
+    )
 
 
 def one_thread(**fixed) -> Callable[[Genome], Genome]:

@@ -21,6 +21,7 @@ import itertools
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
+from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 from core.backends.arrays import dtype_bytes
@@ -160,13 +161,7 @@ CANONICALISERS = (_mma_lanes, _short_k_loop, _loop_order)
 
 
 
-_TYPES = {
-    "bfloat16": ("unsigned short", "return __uint_as_float(((unsigned)h) << 16);",
-                 'unsigned short r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f)); return r;', "bf16"),
-    "float16": ("unsigned short", 'float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;',
-                'unsigned short r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f)); return r;', "f16"),
-    "float32": ("float", "return h;", "return f;", ""),
-}
+MMA_TYPES = {"bfloat16": "bf16", "float16": "f16", "float32": ""}  # the mma.sync operand type
 
 
 def _loop_body(seq: tuple, copy_async: bool) -> list[str]:
@@ -195,7 +190,7 @@ def _loop_body(seq: tuple, copy_async: bool) -> list[str]:
 def render_source(g: Genome, dtype: str) -> str:
     p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
     d = _derived(g, dtype)
-    T, to_f, from_f, mma_t = _TYPES[dtype]
+    (T, to_f, from_f), mma_t = SCALAR_TYPES[dtype], MMA_TYPES[dtype]
     unroll = {0: "#pragma unroll", 1: "#pragma unroll 1", 2: "#pragma unroll 2"}[r["unroll"]]
     body = "\n        ".join(_loop_body(g["instruction_sequence"]["loop"], m["copy"] == "async"))
     nch_a = max(1, min(p["block_k"] // d["ch"], 8))

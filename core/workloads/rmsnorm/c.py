@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.openmp import one_thread, scalar_width, thread_options
+from core.workloads.openmp import one_thread, row_parallel_genes, scalar_width, vector_genes
 from core.workloads.template import Template
 
 ENTRY = "abebot_rmsnorm"
@@ -40,14 +40,9 @@ class CRmsNormTemplate(Template):
     def gene_space(self) -> GeneSpace:
 
         cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
-        parallel = (
-            ChoiceGene("threads", thread_options(cores), "OpenMP threads over rows (1 = no parallel region)"),
-            ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the row loop"),
-            ChoiceGene("rows_per_chunk", (1, 2, 4, 8, 16, 32), "rows handed to a thread at a time"),
-        )
+        parallel = row_parallel_genes(cores)
         memory = (
-            ChoiceGene("vectorize", ("vector_ext", "omp_simd"), "GCC vector types or #pragma omp simd loops"),
-            ChoiceGene("vector_width", (1, 4, 8, 16), "floats per vector (1 = scalar)"),
+            *vector_genes(),
             ChoiceGene("row_reuse", ("reload", "row_buffer"), "pass 2 re-reads its input, or a per-thread row copy made in pass 1"),
             ChoiceGene("store", ("normal", "streaming"), "final stores through the cache or non-temporal"),
             ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified row pointers"),

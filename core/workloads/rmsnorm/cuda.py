@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
+from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 from core.backends.arrays import dtype_bytes
@@ -111,13 +112,6 @@ def _waves_persistent_only(g: Genome) -> Genome:
 CANONICALISERS = (_waves_persistent_only,)
 
 
-_CONV = {
-    "bfloat16": ("unsigned short", "return __uint_as_float(((unsigned)h) << 16);",
-                 'unsigned short r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f)); return r;'),
-    "float16": ("unsigned short", 'float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;',
-                'unsigned short r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f)); return r;'),
-    "float32": ("float", "return h;", "return f;"),
-}
 
 
 def _row_body(body: tuple, mode: str) -> str:
@@ -192,7 +186,7 @@ def render_source(g: Genome, problem: dict) -> str:
     p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
     dtype = problem["dtype"]
     elt = dtype_bytes(dtype)
-    T, to_f, from_f = _CONV[dtype]
+    T, to_f, from_f = SCALAR_TYPES[dtype]
     cols_max = _cols_max(problem)
     ld, st = m["load"], m["store"]
     reduce_fn = ("""

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.openmp import one_thread, scalar_width, thread_options
+from core.workloads.openmp import one_thread, row_parallel_genes, scalar_width, vector_genes
 from core.workloads.template import Template
 
 ENTRY = "abebot_silu_mul"
@@ -43,14 +43,9 @@ class CSiluMulTemplate(Template):
     def gene_space(self) -> GeneSpace:
 
         cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
-        parallel = (
-            ChoiceGene("threads", thread_options(cores), "OpenMP threads over rows (1 = no parallel region)"),
-            ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the row loop"),
-            ChoiceGene("rows_per_chunk", (1, 2, 4, 8, 16, 32), "rows handed to a thread at a time"),
-        )
+        parallel = row_parallel_genes(cores)
         memory = (
-            ChoiceGene("vectorize", ("vector_ext", "omp_simd"), "GCC vector types or #pragma omp simd loops"),
-            ChoiceGene("vector_width", (1, 4, 8, 16), "floats per vector (1 = scalar)"),
+            *vector_genes(),
             ChoiceGene("store", ("normal", "streaming"), "output stores through the cache or non-temporal"),
             ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified row pointers"),
         )

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
+from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 
@@ -134,13 +135,6 @@ def _floats(g: Genome) -> int:
     r = g["register_allocation"]["regs"]
     return 2 * r["items"] * g["memory_pattern"]["vec"] * r["unroll"]
 
-_CONV = {
-    "bfloat16": ("unsigned short", "return __uint_as_float(((unsigned)h) << 16);",
-                 'unsigned short r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f)); return r;'),
-    "float16": ("unsigned short", 'float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;',
-                'unsigned short r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f)); return r;'),
-    "float32": ("float", "return h;", "return f;"),
-}
 _DIV = {"ieee": "g / d", "__fdividef": "__fdividef(g, d)", "rcp": "g * __frcp_rn(d)"}
 
 _STEPS = {
@@ -171,7 +165,7 @@ _STEPS = {
 
 def render_source(g: Genome, dtype: str) -> str:
     p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
-    T, to_f, from_f = _CONV[dtype]
+    T, to_f, from_f = SCALAR_TYPES[dtype]
     ld, st = m["load"], m["store"]
     exp = "expf" if r["exp"] == "expf" else "__expf"
     steps = "".join(_STEPS[tok] for tok in g["instruction_sequence"]["body"])
