@@ -87,7 +87,10 @@ class TritonGemmTemplate(Template):
                 "instruction_sequence": {"loop": ("LOAD_A", "LOAD_B", "DOT", "ADVANCE")}}
         seed2 = {**seed, "parallel_config": {**seed["parallel_config"], "block_n": 256},
                  "memory_pattern": {**seed["memory_pattern"], "loads": "tma", "num_stages": 4}}
-        return GeneSpace(groups, (fits, combos), (seed, seed2) if elt == 2 else (seed,), canonicalisers=CANONICALISERS)
+        return GeneSpace(groups, (fits, combos), (seed, seed2) if elt == 2 else (seed,), canonicalisers=CANONICALISERS,
+                         # where the pointer advance stands against the dot: the two are independent, and
+                         # Triton sometimes keeps the written order, sometimes not
+                         hints=("instruction_sequence.loop:ADVANCE",))
 
     def _smem(self, g: Genome) -> int:
         p, m = g["parallel_config"], g["memory_pattern"]
@@ -130,23 +133,25 @@ def _masked_edges_need_no_hints(g: Genome) -> Genome:
 
 
 def _prefetch_is_not_pipelined(g: Genome) -> Genome:
-    # With PREFETCH the next tiles travel to the next iteration in registers, so Triton's software
-    # pipeliner has no loads to stage: num_stages changes nothing (measured: the same PTX at 2-5).
-    if "PREFETCH" in g["instruction_sequence"]["loop"]:
+    # With PREFETCH and one accumulator every load of an iteration goes to the next iteration in
+    # registers, so Triton's software pipeliner has no load to stage: num_stages changes nothing
+    # (measured: the same PTX at 2-5). With two accumulators the second half's loads feed a dot of
+    # the same iteration, and are staged.
+    if "PREFETCH" in g["instruction_sequence"]["loop"] and g["register_allocation"]["regs"]["acc"] == "fp32":
         g = with_gene(g, "memory_pattern", "num_stages", 2)
     return g
 
 
-def _loop_order(g: Genome) -> Genome:
-    # Only the order of the two loads is the genome's: PREFETCH is a flag that writes no statement
-    # where it stands, and the pointer advance (nothing at all with TMA) does not depend on the dot,
-    # so Triton orders the two itself.
+def _prefetch_is_a_flag(g: Genome) -> Genome:
+    # PREFETCH writes no statement where it stands (it makes every LOAD fetch the next tile): its
+    # place in the loop is not written anywhere, so it goes last.
     loop = tuple(g["instruction_sequence"]["loop"])
-    loads = tuple(t for t in loop if t in ("LOAD_A", "LOAD_B"))
-    return with_gene(g, "instruction_sequence", "loop", loads + ("DOT", "ADVANCE") + (("PREFETCH",) if "PREFETCH" in loop else ()))
+    if "PREFETCH" in loop:
+        g = with_gene(g, "instruction_sequence", "loop", tuple(t for t in loop if t != "PREFETCH") + ("PREFETCH",))
+    return g
 
 
-CANONICALISERS = (_masked_edges_need_no_hints, _prefetch_is_not_pipelined, _loop_order)
+CANONICALISERS = (_masked_edges_need_no_hints, _prefetch_is_not_pipelined, _prefetch_is_a_flag)
 
 
 def _body(loop: tuple, prefetch: bool, tma: bool, acc: str, k_expr: str, indent: str, wrap: bool = False,
