@@ -13,8 +13,6 @@ import numpy as np
 
 from core.objectives import OBJECTIVES, objective
 
-LETHAL_STATUSES = ("compile_error", "resource_exceeded", "wrong_result", "crashed", "timeout", "unstable")
-
 
 @dataclass(frozen=True)
 class Score:
