@@ -3,4 +3,5 @@ import sys
 
 from core.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # spawned compile processes import this module as __mp_main__
+    sys.exit(main())

@@ -205,30 +205,21 @@ TRITON_WORKER = textwrap.dedent(r'''
     import hashlib, json, os, re, sys
     sys.path.insert(0, os.getcwd())
     import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
     from triton.runtime.jit import JITFunction
     from pathlib import Path
     from core.backends.base import Artifact, DeviceInfo, source_hash
     from core.backends.triton import load_module
+    from core.backends.triton_aot import compile_only
     from core.genome import Genome
     from core.workloads import get_workload
     from tests.test_canonical import _ptx_text
 
-    class CompileOnly:  # the active "driver": an sm_90 target, and nothing is ever launched
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
-        def get_current_device(self):
-            return 0
-        def get_current_stream(self, device=None):
-            return 0
-
-    driver.set_active(CompileOnly())
+    compile_only(90)  # the evaluator's ahead-of-time compile: an sm_90 target, nothing is launched
     LAUNCHES = []
     _run = JITFunction.run
 
     def _compile_only(self, *args, grid, warmup, **kwargs):
-        handle = _run(self, *args, grid=grid, warmup=True, **kwargs)
+        handle = _run(self, *args, grid=grid, warmup=warmup, **kwargs)
         ptx = hashlib.sha256(_ptx_text(handle.asm["ptx"]).encode()).hexdigest()[:16]
         LAUNCHES.append([self.fn.__name__, list(grid) if not callable(grid) else "callable", ptx])
         return handle

@@ -131,12 +131,15 @@ class Runtime(ABC):
 
     @abstractmethod
     def time(self, fn: Callable[[int], None], reps: int, warmup: int,
-             before: Callable[[int], None] | None = None, after: Callable[[int], None] | None = None) -> list[float]:
+             before: Callable[[int], None] | None = None, after: Callable[[int], None] | None = None,
+             method: str | None = None) -> list[float]:
         """Run ``fn(i)`` ``warmup`` times, then time ``reps`` calls; return each call's seconds.
 
         ``before(i)`` and ``after(i)`` run around every call (warm-up included) outside the timed
         window: the harness poisons outputs, perturbs inputs and logs checks there. GPU runtimes
-        time with device events; ``fn(i)`` lets the caller rotate inputs.
+        time with device events; ``fn(i)`` lets the caller rotate inputs. A runtime that can time
+        in more than one way records the way it chose in ``last_timing``; passing that back as
+        ``method`` keeps the later chunks of one measurement on it.
         """
 
     def flush_cache(self) -> None:
@@ -194,6 +197,16 @@ class Backend(ABC):
     @abstractmethod
     def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
         """Compile (thread-safe; cached in ``cache_dir`` by :func:`source_hash`)."""
+
+    def precompile(self, artifact: Artifact, workload: str, problem: dict, workers: int) -> Artifact:
+        """Compile what only the real call determines (Triton specialises on argument types and
+        sizes) for ``workload``'s shapes of ``problem`` and this device's target, before the sandbox
+        launches the artifact; ``workers`` bounds the processes it may use. Raises CompileError.
+        The default compiles nothing: ``compile`` produced the final artefact."""
+        return artifact
+
+    def close(self) -> None:
+        """Release what ``compile``/``precompile`` hold between calls (compile processes)."""
 
     @abstractmethod
     def make_runtime(self) -> Runtime:

@@ -278,7 +278,7 @@ class CRuntime(Runtime):
         """Calls are synchronous on the CPU."""
 
     def time(self, fn: Callable[[int], None], reps: int, warmup: int, before: Callable[[int], None] | None = None,
-             after: Callable[[int], None] | None = None, flush: bool = False) -> list[float]:
+             after: Callable[[int], None] | None = None, flush: bool = False, method: str | None = None) -> list[float]:
         """Seconds of each of ``reps`` calls after ``warmup`` calls; ``before``/``after`` run around each
         call and ``flush`` evicts caches before each timed call, all outside the timed window."""
         clock = time.perf_counter_ns

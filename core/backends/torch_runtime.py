@@ -47,7 +47,8 @@ class TorchCudaRuntime(Runtime):
         self._flush_buf.zero_()
 
     def time(self, fn: Callable[[int], None], reps: int, warmup: int,
-             before: Callable[[int], None] | None = None, after: Callable[[int], None] | None = None) -> list[float]:
+             before: Callable[[int], None] | None = None, after: Callable[[int], None] | None = None,
+             method: str | None = None) -> list[float]:
         """Seconds per call: CUDA events around each call, with ``before``/``after`` and an L2 flush
         outside the events; when a call is shorter than :data:`GRAPH_BELOW_S`, also the replay time
         of a graph of :data:`GRAPH_CALLS` prepared calls minus that of the preparation alone,
@@ -55,7 +56,10 @@ class TorchCudaRuntime(Runtime):
         holds for kernels and baselines: graphs remove Python launch cost that per-call events would
         count, while cuBLAS picked slower kernels under capture on the H200 (4096^3 bf16: 171 us by
         events, 195 us in a graph), so neither method alone is fair to every callable. Under a graph
-        ``after`` is not called: the harness checks the last replay's outputs instead."""
+        ``after`` is not called: the harness checks the last replay's outputs instead.
+
+        ``method`` ("events" or "graph", a previous call's ``last_timing``) skips the choice and
+        times that way only, so one measurement's chunks compare like with like."""
         before = before or _nothing
         after = after or _nothing
         for i in range(warmup):
@@ -63,9 +67,14 @@ class TorchCudaRuntime(Runtime):
             fn(i)
             after(i)
         self.synchronize()
+        if method == "graph" and self.graphs:
+            try:
+                return time_graph(fn, reps, before=before)
+            except Exception:  # capture failed this time: fall back to checked per-call events
+                self.synchronize()
         times = time_events(fn, reps, start=warmup, before=before, after=after, flush=self.flush_cache)
         self.last_timing = "events"
-        if self.graphs and statistics.median(times) < GRAPH_BELOW_S:
+        if self.graphs and method is None and statistics.median(times) < GRAPH_BELOW_S:
             try:
                 graph = time_graph(fn, reps, before=before)
             except Exception:  # capture unsupported by this callable: keep the event timings

@@ -4,15 +4,18 @@
 Where each half runs:
 
 * ``compile`` (GA process) writes the module into the cache as ``<hash>.py`` and checks that it
-  parses; no GPU and no Triton compile happen there -- Triton needs the argument types and
-  specialisations of the real call to compile, and caches the result itself;
-* :class:`TritonRuntime` (sandbox) imports the module; the first launch compiles the kernel through
-  Triton's JIT into ``<cache_dir>/triton/`` (shared across runs, keyed by Triton on source and
-  options), so a re-evaluated genome compiles once. The compiled kernel's registers, spills and
-  shared memory are read from Triton's handle after that first launch.
+  parses; ``precompile`` (GA process) then has the compile processes of
+  :mod:`core.backends.triton_aot` compile every launch of the module for the device's target and
+  every shape the protocol launches, into Triton's own cache (``<cache_dir>/triton/``, keyed by
+  Triton on source, specialisation and options, shared across runs);
+* :class:`TritonRuntime` (sandbox) imports the module; its first launch finds the compiled kernel
+  in that cache (a kernel the compile processes missed is JIT-compiled there, as before). The
+  compiled kernel's registers, spills and shared memory are read from Triton's handle after that
+  first launch.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import itertools
@@ -94,6 +97,29 @@ class TritonBackend(Backend):
         cache.record(cache_dir, key, {path.name: hashlib.sha256(data).hexdigest()})
         return log
 
+    def precompile(self, artifact: Artifact, workload: str, problem: dict, workers: int) -> Artifact:
+        """Compile every launch of the module for the device's target in the compile processes of
+        :mod:`core.backends.triton_aot`; the sandbox's JIT then loads them from Triton's cache."""
+        from dataclasses import asdict
+
+        from core.backends import triton_aot
+
+        t0 = time.perf_counter()
+        try:
+            done = triton_aot.precompile(artifact.path, workload, self.name, problem, asdict(self.device), workers)
+        except RuntimeError as exc:
+            raise CompileError(str(exc)) from None
+        seconds = time.perf_counter() - t0
+        log = (f"compiled ahead of time for {self.device.arch}: {done['launches']} shapes in {seconds:.2f} s "
+               f"(Triton's cache: {triton_aot.triton_cache_dir(Path(artifact.path).parent)})")
+        return dataclasses.replace(artifact, compile_seconds=artifact.compile_seconds + seconds,
+                                   log=f"{artifact.log}\n{log}".strip())
+
+    def close(self) -> None:
+        from core.backends import triton_aot
+
+        triton_aot.shutdown()
+
     def make_runtime(self) -> Runtime:
         return TritonRuntime(self.device.index)
 
@@ -165,7 +191,7 @@ class InterpreterRuntime(Runtime):
     def synchronize(self) -> None:
         """Interpreted launches are synchronous."""
 
-    def time(self, fn, reps: int, warmup: int, before=None, after=None) -> list[float]:
+    def time(self, fn, reps: int, warmup: int, before=None, after=None, method=None) -> list[float]:
         out = []
         for i in range(warmup + reps):
             if before is not None:
@@ -185,7 +211,9 @@ _counter = itertools.count(1)
 
 def load_module(artifact: Artifact) -> TritonKernel:
     """Import a generated module under a unique name (Triton's JIT looks it up for its globals)."""
-    os.environ.setdefault("TRITON_CACHE_DIR", str(Path(artifact.path).parent / "triton"))
+    from core.backends.triton_aot import triton_cache_dir
+
+    os.environ.setdefault("TRITON_CACHE_DIR", triton_cache_dir(Path(artifact.path).parent))
     name = f"abebot_triton_{artifact.source_hash}_{next(_counter)}"
     spec = importlib.util.spec_from_file_location(name, artifact.path)
     module = importlib.util.module_from_spec(spec)

@@ -12,7 +12,7 @@ import os
 import random
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
@@ -94,6 +94,8 @@ class Evaluator:
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
+        if self.backend is not None:
+            self.backend.close()
 
     def __enter__(self) -> "Evaluator":
         self.start()
@@ -154,37 +156,43 @@ class Evaluator:
                 results[key] = _record(key, k, "resource_exceeded", reason)
             else:
                 to_compile[key] = k
-        compiled = self._compile_all(to_compile)
-        for done, (key, (k, artifact, seconds, error)) in enumerate(compiled.items(), 1):
+        seeds = {key: self._seed() for key in to_compile}  # drawn in a fixed order: measuring goes by compile completion
+        for done, (key, (k, artifact, seconds, error)) in enumerate(self._compiled(to_compile), 1):
             if error is not None:
                 results[key] = _record(key, k, "compile_error", first_error_line(error), compile_s=seconds, compile_log=error)
             else:
-                results[key] = self._measure(key, k, artifact, seconds)
-            self.progress(done, len(compiled))
+                results[key] = self._measure(key, k, artifact, seconds, seeds[key])
+            self.progress(done, len(to_compile))
         return [results[key].copy(genome_hash=label) for label, key in zip(genome_hashes or keys, keys)]
 
-    def _compile_all(self, kernels: dict[str, KernelSource]) -> dict[str, tuple]:
-        """key -> (kernel, artifact or None, seconds, error log or None), compiled in parallel."""
+    def _compiled(self, kernels: dict[str, KernelSource]):
+        """Yield (key, (kernel, artifact or None, seconds, error log or None)) as each compile
+        finishes: compiles run in parallel, and the sandbox measures one while the rest compile."""
         if not kernels:
-            return {}
-        workers = self.config.compile_workers or os.cpu_count() or 1
-        with ThreadPoolExecutor(max_workers=min(workers, len(kernels)), thread_name_prefix="compile") as pool:
-            futures = {key: pool.submit(self._compile_one, k) for key, k in kernels.items()}
-            return {key: (kernels[key], *f.result()) for key, f in futures.items()}
+            return
+        with ThreadPoolExecutor(max_workers=min(self._workers(), len(kernels)), thread_name_prefix="compile") as pool:
+            futures = {pool.submit(self._compile_one, k): key for key, k in kernels.items()}
+            for f in as_completed(futures):
+                key = futures[f]
+                yield key, (kernels[key], *f.result())
+
+    def _workers(self) -> int:
+        return self.config.compile_workers or os.cpu_count() or 1
 
     def _compile_one(self, kernel: KernelSource) -> tuple[Artifact | None, float, str | None]:
         t0 = time.perf_counter()
         try:
             artifact = self.backend.compile(kernel, self.compile_dir)
+            artifact = self.backend.precompile(artifact, self.config.workload, self.problem, self._workers())
             return artifact, time.perf_counter() - t0, None
         except CompileError as exc:
             return None, time.perf_counter() - t0, trim_log(str(exc)) or "compile failed (no log)"
         except Exception as exc:  # the compiler missing, a cache folder gone: still only this kernel
             return None, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
 
-    def _measure(self, key: str, kernel: KernelSource, artifact: Artifact, compile_s: float) -> Evaluation:
+    def _measure(self, key: str, kernel: KernelSource, artifact: Artifact, compile_s: float, seed: int) -> Evaluation:
         t0, restarts = time.perf_counter(), self.sandbox.restarts
-        reply = self.sandbox.call({"op": "evaluate", "artifact": artifact, "seed": self._seed()})
+        reply = self.sandbox.call({"op": "evaluate", "artifact": artifact, "seed": seed})
         if self.sandbox.restarts != restarts:
             self.log(f"candidate {key[:12]}: {reply.get('status')} ({reply.get('cause', '')}); sandbox restarted")
         ev = _record(key, kernel, reply.get("status", "crashed"), reply.get("cause", ""),

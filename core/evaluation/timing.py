@@ -42,13 +42,15 @@ def adaptive_times(runtime: Runtime, fn: Callable[[int], None], target_s: float,
     threads) costs at most a few times the target instead of reps x the stalled time.
     """
     pilot = runtime.time(fn, reps=3, warmup=1, before=before, after=after)
+    method = getattr(runtime, "last_timing", None)  # the pilot chose how to time; every chunk keeps it
     per_call = max(float(np.median(pilot)), 1e-9)
     reps = max(1, min(MAX_REPS, max(MIN_REPS, int(target_s / per_call))) - reserve)
     warmup = min(10, max(1, reps // 10))
     deadline = time.perf_counter() + 3 * target_s
     times: list[float] = []
     while len(times) < reps:
-        times += runtime.time(fn, reps=min(TIMING_CHUNK, reps - len(times)), warmup=warmup, before=before, after=after)
+        times += runtime.time(fn, reps=min(TIMING_CHUNK, reps - len(times)), warmup=warmup, before=before, after=after,
+                              method=method)
         warmup = 0
         if len(times) >= MIN_REPS and (time.perf_counter() > deadline or median_confident(times)):
             break

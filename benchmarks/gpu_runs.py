@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""On the GPU: GA runs from the CLI with the full protocol, their throughput, and their champions
+re-timed by ``core bench`` against every baseline.
+
+For each ``--runs`` entry ``workload:backend:population:generations[:problem JSON]``:
+
+1. ``python -m core run`` (a fresh runs folder, so every kernel is compiled and measured as new;
+   Triton's cache starts empty too);
+2. from the run's database: evaluations per minute per generation (``n_evaluated / elapsed_s``:
+   render, compile, sandbox, the generation's baseline re-timings and elite re-timings), the
+   median seconds per phase of the evaluated individuals, the statuses and lethal causes;
+3. ``python -m core bench RUN --rounds 3``: the champion and every baseline timed side by side.
+
+Writes ``<out>/runs.json`` and ``<out>/runs.md`` after every run, and each command's output.
+
+    python3 benchmarks/gpu_runs.py --out $OUT --runs 'gemm:triton:32:4;rmsnorm:cuda:32:4'
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from store.reader import RunReader  # noqa: E402
+
+
+def one_run(spec: str, runs: Path, out: Path, timeout_s: int) -> dict:
+    workload, backend, population, generations, *rest = spec.split(":", 4)
+    problem = rest[0] if rest else "{}"
+    run_id = f"{workload}-{backend}-{int(time.time())}"
+    cmd = [sys.executable, "-m", "core", "run", "--workload", workload, "--backend", backend, "--population", population,
+           "--generations", generations, "--seed", "1", "--timeout-s", "30", "--problem", problem,
+           "--runs-dir", str(runs), "--run-id", run_id]
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    wall = time.time() - t0
+    (out / f"{run_id}.run.log").write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    result: dict = {"spec": spec, "run_id": run_id, "exit": proc.returncode, "wall_s": round(wall, 1)}
+    reader = RunReader(runs / run_id)
+    gens = reader.generations()
+    inds = reader.individuals()
+    result["generations"] = [{"generation": int(g.generation), "n_evaluated": int(g.n_evaluated),
+                              "elapsed_s": round(float(g.elapsed_s), 2),
+                              "evals_per_min": round(60 * float(g.n_evaluated) / max(float(g.elapsed_s), 1e-9), 1),
+                              "baseline_us": g.baseline_time_us, "noisy": bool(g.noisy)} for g in gens.itertuples()]
+    fresh = inds[~inds["reused"].fillna(False).astype(bool)]
+    phases: dict[str, list[float]] = {}
+    for raw in fresh["phases"].dropna():
+        for name, seconds in json.loads(raw).items():
+            phases.setdefault(name, []).append(float(seconds))
+    result["phase_median_s"] = {k: round(statistics.median(v), 3) for k, v in phases.items()}
+    result["statuses"] = fresh["status"].value_counts().to_dict()
+    result["lethal_causes"] = sorted({str(c)[:160] for c in fresh.loc[fresh["status"] != "ok", "cause"].dropna()})[:10]
+    total_eval = float(gens["n_evaluated"].sum())
+    total_s = float(gens["elapsed_s"].sum())
+    result["evals_per_min"] = round(60 * total_eval / max(total_s, 1e-9), 1)
+    result["evals_per_min_after_gen0"] = round(60 * float(gens["n_evaluated"][1:].sum()) /
+                                               max(float(gens["elapsed_s"][1:].sum()), 1e-9), 1) if len(gens) > 1 else None
+    bench = subprocess.run([sys.executable, "-m", "core", "bench", run_id, "--runs-dir", str(runs), "--rounds", "3"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    (out / f"{run_id}.bench.log").write_text(bench.stdout + bench.stderr)
+    result["bench_exit"] = bench.returncode
+    result["bench"] = bench.stdout[-3000:]
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--runs", required=True, help="'workload:backend:population:generations[:problem JSON];...'")
+    ap.add_argument("--runs-dir", type=Path, default=Path("/tmp/abebot_gpu_runs"))
+    ap.add_argument("--timeout-s", type=int, default=400, help="per command")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for spec in [s for s in args.runs.split(";") if s.strip()]:
+        try:
+            results.append(one_run(spec.strip(), args.runs_dir, args.out, args.timeout_s))
+        except Exception as exc:  # one failed run still leaves the others' figures
+            results.append({"spec": spec, "error": f"{type(exc).__name__}: {exc}"})
+        (args.out / "runs.json").write_text(json.dumps(results, indent=1, default=str))
+        lines = ["| run | exit | evaluations / min (all gens; after gen 0) | phases (median s) | statuses |", "|---|---|---|---|---|"]
+        for r in results:
+            lines.append(f"| {r['spec']} | {r.get('exit', r.get('error'))} | {r.get('evals_per_min')}; "
+                         f"{r.get('evals_per_min_after_gen0')} | {r.get('phase_median_s')} | {r.get('statuses')} |")
+        (args.out / "runs.md").write_text("\n".join(lines) + "\n")
+        print(json.dumps(results[-1], indent=1, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
