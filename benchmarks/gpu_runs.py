@@ -46,10 +46,11 @@ def one_run(spec: str, runs: Path, out: Path, timeout_s: int) -> dict:
     reader = RunReader(runs / run_id)
     gens = reader.generations()
     inds = reader.individuals()
+    took = gens["elapsed_s"].diff().fillna(gens["elapsed_s"])  # elapsed_s counts from the run's start
     result["generations"] = [{"generation": int(g.generation), "n_evaluated": int(g.n_evaluated),
-                              "elapsed_s": round(float(g.elapsed_s), 2),
-                              "evals_per_min": round(60 * float(g.n_evaluated) / max(float(g.elapsed_s), 1e-9), 1),
-                              "baseline_us": g.baseline_time_us, "noisy": bool(g.noisy)} for g in gens.itertuples()]
+                              "seconds": round(float(s), 2), "evals_per_min": round(60 * float(g.n_evaluated) / max(float(s), 1e-9), 1),
+                              "baseline_us": g.baseline_time_us, "baseline_rel_spread": g.baseline_rel_spread,
+                              "noisy": bool(g.noisy)} for g, s in zip(gens.itertuples(), took)]
     fresh = inds[~inds["reused"].fillna(False).astype(bool)]
     phases: dict[str, list[float]] = {}
     for raw in fresh["phases"].dropna():
@@ -58,11 +59,9 @@ def one_run(spec: str, runs: Path, out: Path, timeout_s: int) -> dict:
     result["phase_median_s"] = {k: round(statistics.median(v), 3) for k, v in phases.items()}
     result["statuses"] = fresh["status"].value_counts().to_dict()
     result["lethal_causes"] = sorted({str(c)[:160] for c in fresh.loc[fresh["status"] != "ok", "cause"].dropna()})[:10]
-    total_eval = float(gens["n_evaluated"].sum())
-    total_s = float(gens["elapsed_s"].sum())
-    result["evals_per_min"] = round(60 * total_eval / max(total_s, 1e-9), 1)
+    result["evals_per_min"] = round(60 * float(gens["n_evaluated"].sum()) / max(float(took.sum()), 1e-9), 1)
     result["evals_per_min_after_gen0"] = round(60 * float(gens["n_evaluated"][1:].sum()) /
-                                               max(float(gens["elapsed_s"][1:].sum()), 1e-9), 1) if len(gens) > 1 else None
+                                               max(float(took[1:].sum()), 1e-9), 1) if len(gens) > 1 else None
     bench = subprocess.run([sys.executable, "-m", "core", "bench", run_id, "--runs-dir", str(runs), "--rounds", "3"],
                            cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     (out / f"{run_id}.bench.log").write_text(bench.stdout + bench.stderr)

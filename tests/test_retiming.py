@@ -307,3 +307,27 @@ def test_an_old_run_without_baseline_columns_still_opens(tmp_path, path):
     assert gens["noisy"].iloc[-1] == True and gens["baseline_time_us"].iloc[:-1].isna().all()  # noqa: E712
     assert list(data.baseline_noise(gens)["generation"]) == [last + 1]
     assert RunReader(copy).individuals(last + 1)["remeasured"].tolist() == [True]
+
+
+def test_slow_baselines_are_timed_only_in_full_timings(tmp_path):
+    """Between full timings, only the baselines within CONTENDER_RATIO of the fastest are re-timed;
+    ``every=True`` (core bench) and every FULL_TIMING_EVERY-th call time them all."""
+    from core.evaluation import evaluator as ev_mod
+
+    asked: list = []
+
+    class Sandbox:
+        def call(self, request, timeout_s=None):
+            asked.append(request.get("names"))
+            times = {"fast": 10.0, "close": 14.0, "slow": 100.0}
+            names = request.get("names") or list(times)
+            return {"status": "ok", "primary": "fast", "time_us": 10.0,
+                    "baselines": {n: {"time_us": times[n], "verified": True} for n in names}}
+
+    ev = ev_mod.Evaluator(RunConfig.from_dict({"workload": "gemm", "backend": "c"}), tmp_path)
+    ev.sandbox = Sandbox()
+    for _ in range(ev_mod.FULL_TIMING_EVERY + 1):
+        ev.remeasure_baselines()
+    ev.remeasure_baselines(every=True)
+    contenders = ["close", "fast"]
+    assert asked == [None] + [contenders] * (ev_mod.FULL_TIMING_EVERY - 1) + [None, None]

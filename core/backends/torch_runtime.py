@@ -32,6 +32,7 @@ class TorchCudaRuntime(Runtime):
         self.graphs = graphs
         self._flush_buf = None
         self.last_timing = "events"  # "events" or "graph": how the last ``time`` call measured
+        self._captured: tuple | None = None  # (fn, before, graphs) of the last graph timing
 
     def synchronize(self) -> None:
         """cudaDeviceSynchronize; a failed launch (illegal address, trap) raises here."""
@@ -69,15 +70,17 @@ class TorchCudaRuntime(Runtime):
         self.synchronize()
         if method == "graph" and self.graphs:
             try:
-                return time_graph(fn, reps, before=before)
+                return self._time_graph(fn, reps, before)
             except Exception:  # capture failed this time: fall back to checked per-call events
+                self._captured = None
                 self.synchronize()
         times = time_events(fn, reps, start=warmup, before=before, after=after, flush=self.flush_cache)
         self.last_timing = "events"
         if self.graphs and method is None and statistics.median(times) < GRAPH_BELOW_S:
             try:
-                graph = time_graph(fn, reps, before=before)
+                graph = self._time_graph(fn, reps, before)
             except Exception:  # capture unsupported by this callable: keep the event timings
+                self._captured = None
                 self.synchronize()
                 for i in range(GRAPH_CALLS):  # leave every case as an eager, logged launch left it
                     before(i)
@@ -87,6 +90,16 @@ class TorchCudaRuntime(Runtime):
                 if statistics.median(graph) < statistics.median(times):
                     times, self.last_timing = graph, "graph"
         return times
+
+
+    def _time_graph(self, fn: Callable[[int], None], reps: int, before: Callable[[int], None]) -> list[float]:
+        """:func:`time_graph`, its graphs captured once for the same ``fn`` and ``before``: the later
+        chunks of one measurement only replay them."""
+        held = self._captured
+        if held is None or held[0] is not fn or held[1] is not before:
+            self._captured = None  # release the previous measurement's graphs before capturing
+            held = self._captured = (fn, before, capture_graphs(fn, before))
+        return replay_graphs(*held[2], reps)
 
 
 def _nothing(_i: int) -> None:
@@ -118,6 +131,12 @@ def time_graph(fn: Callable[[int], None], reps: int, calls: int = GRAPH_CALLS,
                before: Callable[[int], None] = _nothing) -> list[float]:
     """Per-call device time (s) of ``calls`` prepared launches captured in one CUDA graph, replayed
     ``reps`` times, less the replay time of a graph of the preparations (``before``) alone."""
+    return replay_graphs(*capture_graphs(fn, before, calls), reps)
+
+
+def capture_graphs(fn: Callable[[int], None], before: Callable[[int], None] = _nothing, calls: int = GRAPH_CALLS):
+    """(preparation graph, full graph, calls): ``before(i)`` alone, and ``before(i); fn(i)``, for
+    ``i < calls``; ``before(i)`` must prepare the same work in both (the subtraction assumes it)."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -136,6 +155,12 @@ def time_graph(fn: Callable[[int], None], reps: int, calls: int = GRAPH_CALLS,
         for i in range(calls):
             before(i)
             fn(i)
+    return prep, full, calls
+
+
+def replay_graphs(prep, full, calls: int, reps: int) -> list[float]:
+    """Per-call seconds of ``reps`` replays of ``full`` less the median replay of ``prep`` (replayed
+    just before, so both see the same clocks)."""
     prep_times = _replay(prep, max(5, reps // 2))
     full_times = _replay(full, reps)  # replayed last: the outputs left behind are a timed launch's
     base = statistics.median(prep_times)

@@ -82,7 +82,7 @@ class Protocol:
         if op == "evaluate":
             return self.evaluate(request["artifact"], int(request.get("seed", 0)))
         if op == "baseline":
-            return self.baseline(int(request.get("seed", 0)))
+            return self.baseline(int(request.get("seed", 0)), request.get("names"))
         if op == "ping":
             return {"status": "ok"}
         return {"status": "crashed", "cause": f"unknown sandbox op {op!r}"}
@@ -219,8 +219,9 @@ class Protocol:
         return times
 
     # -- baselines -------------------------------------------------------------------------------
-    def baseline(self, seed: int) -> dict:
-        """Time (and verify) every library baseline on the main shape, as the kernels are timed.
+    def baseline(self, seed: int, names: list | None = None) -> dict:
+        """Time (and verify) every library baseline (or those in ``names``) on the main shape, as the
+        kernels are timed.
 
         The primary baseline, which normalises fitness, is the fastest one that verified."""
         rng = random.Random(seed)
@@ -229,7 +230,8 @@ class Protocol:
         cases = self._timing_cases(rng)
         entries: dict[str, dict] = {}
         for name, fn in self.harness.baselines().items():
-            entries[name] = self._one_baseline(name, fn, cases, rng)
+            if names is None or name in names:
+                entries[name] = self._one_baseline(name, fn, cases, rng)
         timed = {n: e for n, e in entries.items() if e.get("time_us") is not None and e.get("verified")}
         if not timed:
             causes = "; ".join(f"{n}: {e.get('cause')}" for n, e in entries.items()) or "the workload has no baselines here"
