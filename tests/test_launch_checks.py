@@ -103,3 +103,31 @@ def test_the_last_output_of_every_case_is_checked_even_without_after(library):
         if i < 4:  # the last launch on each case never happens: its outputs stay poisoned or a decoy
             harness.launch(honest, cases[i % 2])
     assert not checks.verify().ok
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU (run on the device)")
+@pytest.mark.parametrize("kernel,ok", [(honest, True), (skip_when_written, False)])
+def test_graph_timed_chunks_on_the_gpu_are_checked(kernel, ok):
+    """Timed as a measurement is (a pilot that picks CUDA graphs, then chunks replaying the captured
+    graphs): an honest kernel verifies -- the record of each case's last permutation follows the
+    graphs -- and a cheat does not (it cannot be captured, and falls back to checked events)."""
+    from core.backends.torch_runtime import TorchCudaRuntime
+    from core.evaluation.timing import adaptive_times
+
+    runtime = TorchCudaRuntime(0)
+    workload = get_workload("gemm")
+    harness = Harness(workload, _Template(), runtime, PROBLEM)
+    cases = [harness.make_case(workload.shapes(PROBLEM)[0], s) for s in (1, 2, 3)]
+    checks = LaunchChecks(harness, cases, seed=11)
+    times = adaptive_times(runtime, rotation(lambda case: harness.launch(kernel, case), cases), 0.05,
+                           before=checks.before, after=checks.after)
+    assert times and (runtime.last_timing == "graph") == ok
+    assert checks.verify().ok == ok

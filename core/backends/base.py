@@ -145,6 +145,9 @@ class Runtime(ABC):
     def flush_cache(self) -> None:
         """Evict the last-level cache between timed launches where inputs do not rotate."""
 
+    def forget(self) -> None:
+        """Release what the timings of one measurement kept between its calls (captured graphs)."""
+
 
 class Backend(ABC):
     """One code generator target: ``c``, ``cuda`` or ``triton``.

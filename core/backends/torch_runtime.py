@@ -63,17 +63,20 @@ class TorchCudaRuntime(Runtime):
         times that way only, so one measurement's chunks compare like with like."""
         before = before or _nothing
         after = after or _nothing
-        for i in range(warmup):
-            before(i)
-            fn(i)
-            after(i)
-        self.synchronize()
         if method == "graph" and self.graphs:
+            # No eager warm-up here: the graphs warm up themselves, and an eager launch would leave
+            # the outputs (and the harness's record of each case's last permutation) out of step
+            # with the graphs' replays.
             try:
                 return self._time_graph(fn, reps, before)
             except Exception:  # capture failed this time: fall back to checked per-call events
                 self._captured = None
                 self.synchronize()
+        for i in range(warmup):
+            before(i)
+            fn(i)
+            after(i)
+        self.synchronize()
         times = time_events(fn, reps, start=warmup, before=before, after=after, flush=self.flush_cache)
         self.last_timing = "events"
         if self.graphs and method is None and statistics.median(times) < GRAPH_BELOW_S:
@@ -91,6 +94,10 @@ class TorchCudaRuntime(Runtime):
                     times, self.last_timing = graph, "graph"
         return times
 
+
+    def forget(self) -> None:
+        """Release the graphs (and the cases they reference) of the last graph timing."""
+        self._captured = None
 
     def _time_graph(self, fn: Callable[[int], None], reps: int, before: Callable[[int], None]) -> list[float]:
         """:func:`time_graph`, its graphs captured once for the same ``fn`` and ``before``: the later

@@ -54,6 +54,7 @@ def adaptive_times(runtime: Runtime, fn: Callable[[int], None], target_s: float,
         warmup = 0
         if len(times) >= MIN_REPS and (time.perf_counter() > deadline or median_confident(times)):
             break
+    runtime.forget()
     return times
 
 
