@@ -5,7 +5,9 @@ each cheat must be rejected with the cause that names what it did.
 
     python3 benchmarks/gpu_cheat_check.py --out $OUT [--rows 4096 --cols 8192]
 
-Writes ``<out>/cheats.json`` and prints one line per kernel.
+Writes ``<out>/cheats.json`` and prints one line per kernel. The CPU suite (tests/cheats/*.c) also has
+a kernel padded to just above a byte-only roofline: that cheat needs a compute-bound kernel (GEMM),
+and is not repeated here for a memory-bound one.
 """
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ __device__ __forceinline__ T st(float f) { unsigned u = __float_as_uint(f); u +=
 __device__ __forceinline__ bool finite16(T h) { return (h & 0x7f80u) != 0x7f80u; }
 __device__ T *prev_out;
 __device__ unsigned calls;
+__device__ const T *memo_x;
+__device__ float memo_fp;
+__device__ T memo[4096 * 8192];  // the default problem's output, kept between launches
+__device__ float col0_sum(const T *x, int rows, int cols) { float f = 0.f; for (int i = 0; i < rows; ++i) f += ld(x[(size_t)i * cols]); return f; }
 extern "C" __global__ void abebot_rmsnorm(const T *x, const T *w, T *res, T *out, int rows, int cols, float eps) {
   const int r = blockIdx.x;
   if (r >= rows) return;
@@ -47,7 +53,7 @@ extern "C" __global__ void abebot_rmsnorm(const T *x, const T *w, T *res, T *out
   }
   __syncthreads();
   const float inv = rsqrtf(part[0] / cols + eps);
-  for (int j = threadIdx.x; j < cols; j += blockDim.x) orow[j] = st(ld(xr[j]) * inv * ld(w[j]));
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) orow[j] = st(/*VALUE*/ld(xr[j]) * inv * ld(w[j]));
   /*EPILOGUE*/
 }
 """
@@ -64,6 +70,26 @@ CHEATS = {  # name -> (prologue, epilogue, the statuses that count as caught, a 
         "if (r == 0 && threadIdx.x == 0) prev_out = out;", ("wrong_result", "unstable"), ""),
     "write_after_output": ("", "if (r == rows - 1 && threadIdx.x == 0) out[(size_t)rows * cols] = 0;",
                            ("wrong_result",), "out_of_bounds_write"),
+    "write_before_output": ("", "if (r == 0 && threadIdx.x == 0) out[-1] = 0;", ("wrong_result",), "out_of_bounds_write"),
+    "memo_by_address": (
+        "if (memo_x == x && (size_t)rows * cols <= sizeof(memo) / sizeof(T)) { for (int j = threadIdx.x; j < cols; "
+        "j += blockDim.x) out[(size_t)r * cols + j] = memo[(size_t)r * cols + j]; return; }",
+        "if ((size_t)rows * cols <= sizeof(memo) / sizeof(T)) { for (int j = threadIdx.x; j < cols; j += blockDim.x) "
+        "memo[(size_t)r * cols + j] = orow[j]; if (r == 0 && threadIdx.x == 0) memo_x = x; }", ("wrong_result",), ""),
+    # a fingerprint a row permutation does not change: the sum of column 0
+    "memo_by_fingerprint": (
+        "__shared__ float fp; if (threadIdx.x == 0) fp = col0_sum(x, rows, cols); __syncthreads(); "
+        "if (fp == memo_fp && (size_t)rows * cols <= sizeof(memo) / sizeof(T)) { for (int j = threadIdx.x; j < cols; "
+        "j += blockDim.x) out[(size_t)r * cols + j] = memo[(size_t)r * cols + j]; return; }",
+        "if ((size_t)rows * cols <= sizeof(memo) / sizeof(T)) { for (int j = threadIdx.x; j < cols; j += blockDim.x) "
+        "memo[(size_t)r * cols + j] = orow[j]; if (r == 0 && threadIdx.x == 0) memo_fp = fp; }", ("wrong_result",), ""),
+}
+# cheats in the arithmetic: the value stored (VALUE prefixes the honest expression)
+VALUE_CHEATS = {
+    # inputs rounded to 3 mantissa bits (fp8 e4m3-like): cheaper to move, wrong for bf16
+    "lower_precision": ("__uint_as_float(__float_as_uint(ld(xr[j])) & 0xfff00000u) / ld(xr[j]) * ", ("wrong_result", "nan_output"), ""),
+    # 5% off on launches whose clock is odd: some launches differ from others
+    "nondeterministic": ("(1.f + 0.05f * (float)(clock() & 1)) * ", ("unstable", "wrong_result"), ""),
 }
 
 
@@ -82,8 +108,9 @@ def main() -> None:
                  timing_target_s=0.1) as checker:
         print(f"baseline {checker.baseline['primary']} {checker.baseline['time_us']:.2f} us, "
               f"floor {checker.baseline.get('floor_us')}", flush=True)
-        for name, (pro, epi, want, word) in CHEATS.items():
-            src = BASE.replace("/*PROLOGUE*/", pro).replace("/*EPILOGUE*/", epi)
+        every = {**CHEATS, **{n: ("", "", want, word, value) for n, (value, want, word) in VALUE_CHEATS.items()}}
+        for name, (pro, epi, want, word, *value) in every.items():
+            src = BASE.replace("/*PROLOGUE*/", pro).replace("/*EPILOGUE*/", epi).replace("/*VALUE*/", "".join(value))
             r = checker.check(src, launch=launch)
             caught = r["status"] in want and word in (r.get("cause") or "")
             results[name] = {"status": r["status"], "cause": r.get("cause"), "time_us": r.get("time_us"),

@@ -116,18 +116,18 @@ def _cuda() -> bool:
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU (run on the device)")
 @pytest.mark.parametrize("kernel,ok", [(honest, True), (skip_when_written, False)])
 def test_graph_timed_chunks_on_the_gpu_are_checked(kernel, ok):
-    """Timed as a measurement is (a pilot that picks CUDA graphs, then chunks replaying the captured
-    graphs): an honest kernel verifies -- the record of each case's last permutation follows the
-    graphs -- and a cheat does not (it cannot be captured, and falls back to checked events)."""
+    """Timed as a measurement in graph mode is (a pilot, then chunks that replay the graphs captured
+    by the first): an honest kernel verifies -- the record of each case's last permutation follows
+    the graphs -- and a cheat does not (it cannot be captured, and falls back to checked events)."""
     from core.backends.torch_runtime import TorchCudaRuntime
-    from core.evaluation.timing import adaptive_times
 
     runtime = TorchCudaRuntime(0)
     workload = get_workload("gemm")
     harness = Harness(workload, _Template(), runtime, PROBLEM)
     cases = [harness.make_case(workload.shapes(PROBLEM)[0], s) for s in (1, 2, 3)]
     checks = LaunchChecks(harness, cases, seed=11)
-    times = adaptive_times(runtime, rotation(lambda case: harness.launch(kernel, case), cases), 0.05,
-                           before=checks.before, after=checks.after)
-    assert times and (runtime.last_timing == "graph") == ok
+    fn = rotation(lambda case: harness.launch(kernel, case), cases)
+    runtime.time(fn, reps=3, warmup=1, before=checks.before, after=checks.after)
+    for chunk in range(3):
+        assert runtime.time(fn, reps=8, warmup=2, before=checks.before, after=checks.after, method="graph")
     assert checks.verify().ok == ok
