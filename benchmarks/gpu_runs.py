@@ -6,7 +6,7 @@ For each ``--runs`` entry ``workload:backend:population:generations[:problem JSO
 
 1. ``python -m core run`` (a fresh runs folder, so every kernel is compiled and measured as new;
    Triton's cache starts empty too);
-2. from the run's database: evaluations per minute per generation (``n_evaluated / elapsed_s``:
+2. from the run's database (``--extra '--devices all'``: on every GPU): evaluations per minute per generation (``n_evaluated / elapsed_s``:
    render, compile, sandbox, the generation's baseline re-timings and elite re-timings), the
    median seconds per phase of the evaluated individuals, the statuses and lethal causes;
 3. ``python -m core bench RUN --rounds 3``: the champion and every baseline timed side by side.
@@ -14,6 +14,7 @@ For each ``--runs`` entry ``workload:backend:population:generations[:problem JSO
 Writes ``<out>/runs.json`` and ``<out>/runs.md`` after every run, and each command's output.
 
     python3 benchmarks/gpu_runs.py --out $OUT --runs 'gemm:triton:32:4;rmsnorm:cuda:32:4'
+    python3 benchmarks/gpu_runs.py --out $OUT --runs 'gemm:triton:32:4' --extra '--devices all'
 """
 from __future__ import annotations
 
@@ -31,13 +32,13 @@ sys.path.insert(0, str(ROOT))
 from store.reader import RunReader  # noqa: E402
 
 
-def one_run(spec: str, runs: Path, out: Path, timeout_s: int) -> dict:
+def one_run(spec: str, runs: Path, out: Path, timeout_s: int, extra: list[str], bench_rounds: int) -> dict:
     workload, backend, population, generations, *rest = spec.split(":", 4)
     problem = rest[0] if rest else "{}"
     run_id = f"{workload}-{backend}-{int(time.time())}"
     cmd = [sys.executable, "-m", "core", "run", "--workload", workload, "--backend", backend, "--population", population,
            "--generations", generations, "--seed", "1", "--timeout-s", "30", "--problem", problem,
-           "--runs-dir", str(runs), "--run-id", run_id]
+           "--runs-dir", str(runs), "--run-id", run_id, *extra]
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     wall = time.time() - t0
@@ -58,11 +59,15 @@ def one_run(spec: str, runs: Path, out: Path, timeout_s: int) -> dict:
             phases.setdefault(name, []).append(float(seconds))
     result["phase_median_s"] = {k: round(statistics.median(v), 3) for k, v in phases.items()}
     result["statuses"] = fresh["status"].value_counts().to_dict()
+    if "device" in fresh:
+        result["evaluations_per_device"] = fresh["device"].value_counts().to_dict()
     result["lethal_causes"] = sorted({str(c)[:160] for c in fresh.loc[fresh["status"] != "ok", "cause"].dropna()})[:10]
     result["evals_per_min"] = round(60 * float(gens["n_evaluated"].sum()) / max(float(took.sum()), 1e-9), 1)
     result["evals_per_min_after_gen0"] = round(60 * float(gens["n_evaluated"][1:].sum()) /
                                                max(float(took[1:].sum()), 1e-9), 1) if len(gens) > 1 else None
-    bench = subprocess.run([sys.executable, "-m", "core", "bench", run_id, "--runs-dir", str(runs), "--rounds", "3"],
+    if not bench_rounds:
+        return result
+    bench = subprocess.run([sys.executable, "-m", "core", "bench", run_id, "--runs-dir", str(runs), "--rounds", str(bench_rounds)],
                            cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     (out / f"{run_id}.bench.log").write_text(bench.stdout + bench.stderr)
     result["bench_exit"] = bench.returncode
@@ -76,12 +81,14 @@ def main() -> int:
     ap.add_argument("--runs", required=True, help="'workload:backend:population:generations[:problem JSON];...'")
     ap.add_argument("--runs-dir", type=Path, default=Path("/tmp/abebot_gpu_runs"))
     ap.add_argument("--timeout-s", type=int, default=400, help="per command")
+    ap.add_argument("--extra", default="", help="more `core run` flags for every run, e.g. '--devices all'")
+    ap.add_argument("--bench-rounds", type=int, default=3, help="core bench rounds per run (0: no bench)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for spec in [s for s in args.runs.split(";") if s.strip()]:
         try:
-            results.append(one_run(spec.strip(), args.runs_dir, args.out, args.timeout_s))
+            results.append(one_run(spec.strip(), args.runs_dir, args.out, args.timeout_s, args.extra.split(), args.bench_rounds))
         except Exception as exc:  # one failed run still leaves the others' figures
             results.append({"spec": spec, "error": f"{type(exc).__name__}: {exc}"})
         (args.out / "runs.json").write_text(json.dumps(results, indent=1, default=str))

@@ -18,7 +18,7 @@ from core.config import RunConfig
 
 def bench_champion(run_dir: Path, runs_dir: Path, rounds: int = 3, log: Callable[[str], None] = print) -> dict:
     """Measure the champion and all baselines ``rounds`` times, interleaved; return the record."""
-    from core.evaluation.evaluator import Evaluator
+    from core.evaluation.cluster import make_evaluator
     from store.reader import RunReader
     from store.runs import atomic_write_json
 
@@ -28,9 +28,10 @@ def bench_champion(run_dir: Path, runs_dir: Path, rounds: int = 3, log: Callable
     if champ is None or not champ.get("kernel"):
         raise ValueError(f"run {run_dir.name} has no verified champion yet")
     kernel = KernelSource.from_row(champ["kernel"], cfg.backend)
-    evaluator = Evaluator(cfg, runs_dir / ".cache", log=lambda line: None, log_path=run_dir / "bench.log")
+    evaluator = make_evaluator(cfg, runs_dir / ".cache", log=lambda line: None, log_path=run_dir / "bench.log")
     baselines: dict[str, list[dict]] = {}
     champion_rounds: list[dict] = []
+    per_device: dict[str, list[dict]] = {}
     try:
         first = evaluator.start()
         for r in range(rounds):
@@ -38,9 +39,13 @@ def bench_champion(run_dir: Path, runs_dir: Path, rounds: int = 3, log: Callable
             for name, b in record["baselines"].items():
                 if b.get("time_us") is not None:  # a baseline that failed (its cause is in the record) has no time
                     baselines.setdefault(name, []).append(b)
-            ev = evaluator.evaluate_sources([kernel])[0]
-            if not ev.ok:
-                raise RuntimeError(f"the champion failed re-verification: {ev.status}: {ev.cause}")
+            everywhere = evaluator.evaluate_everywhere(kernel)
+            for slot, ev in everywhere.items():
+                if not ev.ok:
+                    raise RuntimeError(f"the champion failed re-verification on {slot}: {ev.status}: {ev.cause}")
+                per_device.setdefault(slot, []).append({"champion_us": ev.device_time_us,
+                                                        "baseline_us": record["slots"][slot]["time_us"]})
+            ev = next(iter(everywhere.values()))
             champion_rounds.append({"time_us": ev.time_us, "spread_us": ev.time_spread_us, "memory_bytes": ev.memory_bytes})
             log(f"round {r + 1}/{rounds}: champion {ev.time_us:.2f} us, " +
                 ", ".join(f"{n} {b['time_us']:.2f} us" for n, b in record["baselines"].items() if b.get("time_us") is not None))
@@ -52,6 +57,9 @@ def bench_champion(run_dir: Path, runs_dir: Path, rounds: int = 3, log: Callable
         "io_bytes": first.get("io_bytes"), "roofline_us": first.get("roofline_us"), "primary": first["primary"],
         "champion": _median(champion_rounds),
         "baselines": {name: _median(rows) for name, rows in baselines.items()},
+        # every device of the run: the champion and the primary baseline timed there (medians of the rounds)
+        "devices": {slot: {k: statistics.median(r[k] for r in rows) for k in ("champion_us", "baseline_us")}
+                    for slot, rows in per_device.items()},
     }
     atomic_write_json(run_dir / "bench.json", result)
     return result
@@ -80,4 +88,8 @@ def format_table(result: dict) -> str:
                      f"{r.get('memory_bytes') or 0:14d}")
     if result.get("roofline_us"):
         lines.append(f"{'roofline':22s} {result['roofline_us']:12.2f}")
+    if len(result.get("devices") or {}) > 1:
+        for slot, d in result["devices"].items():
+            lines.append(f"on {slot}: champion {d['champion_us']:.2f} us, {result['primary']} {d['baseline_us']:.2f} us "
+                         f"({d['baseline_us'] / d['champion_us']:.3f}x)")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ is written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -138,31 +139,54 @@ def cmd_run(args: argparse.Namespace) -> int:
     from store.writer import RunWriter
 
     cfg = config_from_args(args)
-    reason = availability(cfg.backend)
-    if reason:
-        raise UsageError(f"backend {cfg.backend!r} is not available here: {reason}")
-    devices = backend_class(cfg.backend).devices()
-    n_devices = len(devices)
-    if cfg.device >= n_devices:
-        raise UsageError(f"backend {cfg.backend!r} has {n_devices} device(s); --device {cfg.device} does not exist")
-    from core.bounds import check_fits
-    from core.devicelock import hold_device
+    if not cfg.cluster:  # on a cluster the workers' devices count, not this host's (each worker checks its own)
+        reason = availability(cfg.backend)
+        if reason:
+            raise UsageError(f"backend {cfg.backend!r} is not available here: {reason}")
+        devices = backend_class(cfg.backend).devices()
+        n_devices = len(devices)
+        if cfg.device >= n_devices:
+            raise UsageError(f"backend {cfg.backend!r} has {n_devices} device(s); --device {cfg.device} does not exist")
+        from core.bounds import check_fits
 
-    check_fits(cfg, devices[cfg.device])  # ProblemTooBig (exit 2) before anything is written
+        check_fits(cfg, devices[cfg.device])  # ProblemTooBig (exit 2) before anything is written
+        run_slots(cfg)  # UsageError (exit 2) for devices this machine does not have
     runs_dir = Path(args.runs_dir)
     run_id = args.run_id or new_run_id(cfg.workload, cfg.backend)
     target = run_dir(runs_dir, run_id)
     if target.exists():
         raise UsageError(f"run {run_id!r} already exists in {runs_dir}")
-    with hold_device(runs_dir, cfg.backend, cfg.device, f"run {run_id}"):  # DeviceBusy (exit 2) when taken
+    with hold_devices(runs_dir, cfg, f"run {run_id}"):  # DeviceBusy (exit 2) when taken
         writer = RunWriter.create(runs_dir, run_id, json.loads(cfg.to_json()))
         print(f"run {run_id}", flush=True)
         return _work(writer, cfg, target, runs_dir)
 
 
+def run_slots(cfg: RunConfig) -> list:
+    """The device slots of ``cfg`` on this machine (UsageError for devices it does not have)."""
+    from core.backends import backend_class
+    from core.evaluation import devices
+
+    cls = backend_class(cfg.backend)
+    try:
+        return devices.plan(cls.device_kind, cfg.backend, cfg.devices, cfg.device, len(cls.devices()))
+    except devices.DevicesError as exc:
+        raise UsageError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def hold_devices(runs_dir: Path, cfg: RunConfig, holder: str):
+    """The device lock of every device the run evaluates on (DeviceBusy, exit 2, for one taken)."""
+    from core.devicelock import hold_device
+
+    with contextlib.ExitStack() as stack:
+        for index in sorted({slot.index for slot in run_slots(cfg)} if not cfg.cluster else ()):
+            stack.enter_context(hold_device(runs_dir, cfg.backend, index, holder))
+        yield
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     from core.bounds import check_fits
-    from core.devicelock import hold_device
     from store.writer import RunWriter
 
     runs_dir = Path(args.runs_dir)
@@ -171,11 +195,28 @@ def cmd_resume(args: argparse.Namespace) -> int:
         cfg = RunConfig.from_dict(json.loads((target / "config.json").read_text()))
     except (OSError, ValueError) as exc:
         raise UsageError(f"run {args.run_id!r} has an unreadable config.json: {exc}") from None
-    check_fits(cfg)  # ProblemTooBig (exit 2): the machine may have less memory free than when it started
-    with hold_device(runs_dir, cfg.backend, cfg.device, f"run {args.run_id} (resumed)"):  # DeviceBusy: exit 2
+    finished = _finished(target)
+    if finished:  # nothing to continue: say so, measure nothing, change nothing
+        print(finished, flush=True)
+        return 0
+    if not cfg.cluster:  # ProblemTooBig (exit 2): the machine may have less memory free than when it started
+        check_fits(cfg)
+    with hold_devices(runs_dir, cfg, f"run {args.run_id} (resumed)"):  # DeviceBusy: exit 2
         writer = RunWriter.open(target)
         print(f"run {args.run_id}", flush=True)
         return _work(writer, cfg, target, runs_dir)
+
+
+def _finished(target: Path) -> str | None:
+    """A line saying the run at ``target`` already finished its budget, or None if it has not."""
+    from store.runs import effective_status, read_json
+
+    if effective_status(target) != "finished":
+        return None
+    hb = read_json(target / "heartbeat.json") or {}
+    done = int(hb["generation"]) + 1 if isinstance(hb.get("generation"), int) else None
+    return (f"run {target.name} is already finished" + (f" ({done} generations done)" if done is not None else "")
+            + "; nothing to resume")
 
 
 def _work(writer, cfg: RunConfig, target: Path, runs_dir: Path) -> int:
@@ -194,13 +235,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no runs in {args.runs_dir}")
         return 0
-    cols = ("run_id", "workload", "backend", "status", "generation", "best_fitness")
-    table = [[_fmt(r.get(c)) for c in cols] for r in rows]
+    # Generations are numbered from 0 (as in the per-generation lines); "done" counts them.
+    cols = ("run_id", "workload", "backend", "status", "done", "best_fitness")
+    table = [[_fmt(r.get(c)) if c != "done" else _done(r) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in table)) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     for row in table:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
     return 0
+
+
+def _done(row: dict) -> str:
+    done = int(row["generation"]) + 1 if isinstance(row.get("generation"), int) else 0
+    return f"{done}/{row['total_generations']}" if row.get("total_generations") else str(done)
 
 
 def _fmt(v) -> str:
@@ -240,13 +287,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     target = existing_run(args)
     if not 1 <= args.rounds <= 100:
         raise UsageError("--rounds must be from 1 to 100")
-    from core.devicelock import hold_device
 
     try:
         cfg = RunConfig.from_dict(json.loads((target / "config.json").read_text()))
     except (OSError, ValueError) as exc:
         raise UsageError(f"run {args.run_id!r} has an unreadable config.json: {exc}") from None
-    with hold_device(Path(args.runs_dir), cfg.backend, cfg.device, f"bench of run {args.run_id}"):  # DeviceBusy: exit 2
+    with hold_devices(Path(args.runs_dir), cfg, f"bench of run {args.run_id}"):  # DeviceBusy: exit 2
         result = bench_champion(target, Path(args.runs_dir), rounds=args.rounds, log=lambda line: print(line, flush=True))
     device = result["device"]
     print(f"{args.run_id}: {device.get('name')} shape {result.get('shape')}, median of {result['rounds']} rounds")

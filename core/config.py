@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
@@ -33,7 +34,12 @@ class RunConfig:
     workload: str = _f("gemm", "kernel family to evolve")
     backend: str = _f("c", "code generator: c (CPU), cuda (CUDA C via NVRTC) or triton")
     device: int = _f(0, "device index for the backend", min=0)
-    population: int = _f(16, "individuals per generation", min=2, max=4096)
+    devices: str = _f("", "devices to spread the evaluations over: indices such as 0,1 or all (empty: --device "
+                          "only); on the CPU backend N entries split the cores into N disjoint core sets")
+    cluster: str = _f("", "evaluate on a Dask cluster: a scheduler address (tcp://host:8786) or local:N for N local "
+                          "worker processes (empty: this host only; docs/CLUSTER.md)")
+    population: int = _f(16, "individuals per generation, more than --elites (so at least 3 with the default 2 elites)",
+                         min=2, max=4096)
     generations: int = _f(8, "generations to run (0 = until --hours runs out)", min=0, max=1_000_000)
     hours: float = _f(0.0, "wall-clock budget in hours (0 = no limit)", min=0.0, max=10_000.0)
     seed: int = _f(0, "random seed: the same seed on the same machine gives the same genomes", min=0)
@@ -118,8 +124,15 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"workload {cfg.workload!r} has no {cfg.backend!r} backend (has: {', '.join(workload.templates)})")
     if cfg.generations == 0 and cfg.hours == 0:
         raise ConfigError("give a budget: generations > 0 or hours > 0")
+    if not re.fullmatch(r"(all|\d+(,\d+)*)?", cfg.devices.strip().lower().replace(" ", "")):
+        raise ConfigError(f"devices must be comma-separated device indices or 'all' (got {cfg.devices!r})")
+    if cfg.cluster and not re.fullmatch(r"local:[1-9]\d{0,2}|(tcp|tls|ucx|inproc)://[\w.\-\[\]:/]+", cfg.cluster):
+        raise ConfigError(f"cluster must be a scheduler address such as tcp://host:8786, or local:N (got {cfg.cluster!r})")
+    if cfg.cluster and cfg.devices:
+        raise ConfigError("devices and cluster exclude each other: on a cluster, each Dask worker is one device")
     if cfg.elites >= cfg.population:
-        raise ConfigError(f"elites ({cfg.elites}) must be fewer than the population ({cfg.population})")
+        raise ConfigError(f"elites ({cfg.elites}) must be fewer than the population ({cfg.population}): "
+                          f"raise the population to {cfg.elites + 1} or more, or lower elites")
     try:
         problem = workload.validate_problem(dict(cfg.problem), cfg.backend)
     except ValueError as exc:

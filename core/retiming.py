@@ -133,7 +133,14 @@ def combine(records: Sequence[Mapping]) -> dict:
     for name in sorted(names):
         entry = next(t[name] for t in reversed(timed) if name in t)
         baselines[name] = {**entry, "time_us": statistics.median(times[name]), "samples_us": times[name]}
-    return {**records[-1], "primary": primary, "time_us": median, "spread_us": spread,
+    slots: dict[str, list[float]] = {}
+    for r in records:
+        for slot, v in (r.get("slots") or {}).items():
+            if v.get("time_us") is not None:
+                slots.setdefault(slot, []).append(float(v["time_us"]))
+    per_slot = {s: {"time_us": statistics.median(v), "samples_us": v} for s, v in slots.items()}
+    return {**records[-1], "slots": per_slot or records[-1].get("slots"), "primary": primary, "time_us": median,
+            "spread_us": spread,
             "memory_bytes": last.get("memory_bytes", records[-1].get("memory_bytes")), "baselines": baselines,
             "samples_us": samples, "rel_spread": rel, "noisy": bool(rel > NOISY_REL_SPREAD)}
 
@@ -141,10 +148,12 @@ def combine(records: Sequence[Mapping]) -> dict:
 def baseline_summary(baseline: Mapping) -> dict:
     """The generation's baseline as ``generations`` columns."""
     samples = baseline.get("samples_us")
+    slots = baseline.get("slots")
     return {"baseline_primary": baseline.get("primary"), "baseline_time_us": baseline.get("time_us"),
             "baseline_spread_us": baseline.get("spread_us"), "baseline_rel_spread": baseline.get("rel_spread"),
             "baseline_samples_us": json.dumps(list(samples)) if samples is not None else None,
-            "noisy": baseline.get("noisy")}
+            "noisy": baseline.get("noisy"),
+            "baseline_devices": json.dumps({s: v.get("time_us") for s, v in slots.items()}) if slots else None}
 
 
 def describe(baseline: Mapping) -> str:

@@ -79,13 +79,13 @@ class RunWorker:
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> int:
         """Run (or resume) to the end of the budget; returns the process exit code."""
-        from core.evaluation.evaluator import Evaluator
+        from core.evaluation.cluster import make_evaluator
         from store.control import read_control
 
         previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
         signal.signal(signal.SIGTERM, _raise_interrupted)
         beat_thread = threading.Thread(target=self._beat_forever, daemon=True)
-        evaluator = Evaluator(self.config, self.runs_dir / ".cache", log=self.log, log_path=self.run_dir / "sandbox.log",
+        evaluator = make_evaluator(self.config, self.runs_dir / ".cache", log=self.log, log_path=self.run_dir / "sandbox.log",
                               progress=lambda done, total: self.heartbeat(phase=f"measured {done} of {total} candidates"))
         try:
             self._set_status("running")
@@ -266,6 +266,7 @@ def _row(generation: int, ind: Individual) -> dict:
         "reused": ind.reused, "remeasured": ind.remeasured, "time_samples_us": json.dumps(time_samples(m)),
         "phases": _json_text(m.get("phases")), "determinism": m.get("determinism"), "steadiness": m.get("steadiness"),
         "error_margin": m.get("error_margin"), "shape_errors": _json_list(m.get("shape_errors")),
+        "device": m.get("device") or None, "device_time_us": m.get("device_time_us"),
         **{f"{name}_term": term for name, term in ind.terms.items()},
     }
 

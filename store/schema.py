@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class StoreError(Exception):
@@ -52,10 +52,13 @@ _INDIVIDUALS_HEAD = _cols(
 # ``shape_errors`` (the worst error on each verification shape, JSON text).
 _INDIVIDUALS_V2 = _cols("time_samples_us VARCHAR, remeasured BOOLEAN, phases VARCHAR, determinism DOUBLE,"
                         "steadiness DOUBLE, error_margin DOUBLE, shape_errors VARCHAR")
+# Version 3, several devices (core/evaluation/devices.py): the slot that measured the genome last
+# ("cuda:1", "c:0") and its time there; ``time_us`` is scaled to the run's first slot.
+_INDIVIDUALS_V3 = _cols("device VARCHAR, device_time_us DOUBLE")
 _INDIVIDUALS_TAIL = _cols(
     "pareto_rank BIGINT, source_hash VARCHAR, compile_s DOUBLE, eval_s DOUBLE,"
     "max_abs_err DOUBLE, rel_err DOUBLE, resources JSON, reused BOOLEAN"
-) + _INDIVIDUALS_V2
+) + _INDIVIDUALS_V2 + _INDIVIDUALS_V3
 
 
 def term_names(config: Mapping | None) -> tuple[str, ...]:
@@ -100,7 +103,10 @@ GENERATIONS = _cols(
     "champion_hash VARCHAR, elapsed_s DOUBLE, evals_per_s DOUBLE, finished_at DOUBLE"
 ) + _GENERATIONS_V2
 # Columns added after version 1, per table, in table order (see the module docstring).
-ADDED = {"individuals": _INDIVIDUALS_V2, "generations": _GENERATIONS_V2}
+# Version 3: each device's baseline in the generation (slot -> time of the primary), JSON text.
+_GENERATIONS_V3 = _cols("baseline_devices VARCHAR")
+GENERATIONS = GENERATIONS + _GENERATIONS_V3
+ADDED = {"individuals": _INDIVIDUALS_V2 + _INDIVIDUALS_V3, "generations": _GENERATIONS_V2 + _GENERATIONS_V3}
 # ``generation`` is the generation that first used the kernel: it partitions live/kernels/.
 KERNELS = _cols(
     "source_hash VARCHAR, generation BIGINT, backend VARCHAR, entry VARCHAR, source VARCHAR, flags JSON,"

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from core.backends.base import Artifact, Backend, CompileError, KernelSource
 from core.config import RunConfig
+from core.evaluation import devices
 from core.evaluation.pool import SandboxPool
 from core.evaluation.record import Evaluation, first_error_line, one_line, trim_log
 from core.evaluation.timing import TIMING_TARGET_S
@@ -60,6 +61,7 @@ class Evaluator:
         self.baseline: dict | None = None
         self._rng = random.Random(config.seed)
         self._contenders: set[str] | None = None  # baselines timed between full timings
+        self._scale: dict[str, float] = {}  # slot -> factor to the first slot's time (from the last baseline timing)
         self._baseline_calls = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -72,8 +74,11 @@ class Evaluator:
 
         self.compile_dir.mkdir(parents=True, exist_ok=True)
         self.backend = make_backend(self.config.backend, self.config.device)
-        self.template = self.workload.template(self.config.backend, self.problem, self.backend.device)
-        self.sandbox = SandboxPool(self._spec(), [self.config.device], self.config.timeout_s, self.log_path)
+        slots = devices.plan(self.backend.device_kind, self.config.backend, self.config.devices, self.config.device,
+                             len(self.backend.devices()))
+        device = devices.slot_device(self.backend.device, devices.set_size(slots))
+        self.template = self.workload.template(self.config.backend, self.problem, device)
+        self.sandbox = SandboxPool(self._spec(), slots, self.config.timeout_s, self.log_path)
         self.sandbox.start()
         try:
             reply = self.remeasure_baselines()
@@ -81,8 +86,9 @@ class Evaluator:
             self.close()
             raise
         self.baseline = reply
-        self.log(f"evaluator ready on {self.backend.device.label()}: baseline {reply['primary']} "
-                 f"{reply['time_us']:.1f} us (sandbox log {self.log_path})")
+        where = ", ".join(f"{s} {r['time_us']:.1f} us" for s, r in reply["slots"].items())
+        self.log(f"evaluator ready on {self.backend.device.label()}: baseline {reply['primary']} {where} "
+                 f"(sandbox log {self.log_path})")
         return reply
 
     def remeasure_baselines(self, every: bool = False) -> dict:
@@ -98,10 +104,19 @@ class Evaluator:
         request = {"op": "baseline", "seed": self._seed()}
         if not full:
             request["names"] = sorted(self._contenders)
-        reply = self.sandbox.call(request, timeout_s=max(120.0, 4 * self.config.timeout_s))
-        if reply.get("status") != "ok":
-            raise RuntimeError(f"baseline measurement failed: {reply.get('status')}: {reply.get('cause')}")
-        reply.pop("status", None)
+        replies = self.sandbox.each(lambda slot: request, timeout_s=max(120.0, 4 * self.config.timeout_s))
+        for slot, r in replies.items():
+            if r.get("status") != "ok":
+                raise RuntimeError(f"baseline measurement failed on {slot}: {r.get('status')}: {r.get('cause')}")
+            r.pop("status", None)
+        reply = next(iter(replies.values()))
+        # Each slot's time of the first slot's primary: a candidate timed on slot s is scaled by
+        # first / slot-s, so its time term is its own device's baseline over its own time.
+        primary = reply["primary"]
+        reply["slots"] = {s: {"time_us": r["baselines"].get(primary, {}).get("time_us") or r["time_us"],
+                              "spread_us": r.get("spread_us"), "device": r.get("device", {}).get("name")}
+                          for s, r in replies.items()}
+        self._scale = {s: reply["time_us"] / v["time_us"] for s, v in reply["slots"].items() if v["time_us"]}
         self._baseline_calls += 1
         if full:
             timed = {n: e["time_us"] for n, e in reply["baselines"].items() if e.get("time_us") and e.get("verified")}
@@ -180,13 +195,37 @@ class Evaluator:
         compiled = self._compiled(to_compile)
         if self.backend.device_kind == "cpu":  # compiles would share the cores the kernels are timed on
             compiled = list(compiled)
-        for done, (key, (k, artifact, seconds, error)) in enumerate(compiled, 1):
+
+        def measure(item: tuple, slot: str) -> tuple[str, Evaluation]:
+            key, (k, artifact, seconds, error) = item
             if error is not None:
-                results[key] = _record(key, k, "compile_error", first_error_line(error), compile_s=seconds, compile_log=error)
-            else:
-                results[key] = self._measure(key, k, artifact, seconds, seeds[key])
+                return key, _record(key, k, "compile_error", first_error_line(error), compile_s=seconds, compile_log=error)
+            return key, self._measure(key, k, artifact, seconds, seeds[key], slot)
+
+        for done, (key, ev) in enumerate(self.sandbox.map(compiled, measure), 1):
+            results[key] = ev
             self.progress(done, len(to_compile))
         return [results[key].copy(genome_hash=label) for label, key in zip(genome_hashes or keys, keys)]
+
+    def evaluate_everywhere(self, kernel: KernelSource) -> dict[str, Evaluation]:
+        """``kernel`` verified and timed on every device slot of the run (one compile): slot ->
+        evaluation, ``device_time_us`` its time there. A kernel that works on one card only is caught
+        here before it is reported."""
+        self._require_started()
+        key = self.backend.cache_key(kernel)
+        artifact, seconds, error = self._compile_one(kernel)
+        if error is not None:
+            ev = _record(key, kernel, "compile_error", first_error_line(error), compile_s=seconds, compile_log=error)
+            return {slot: ev.copy(device=slot) for slot in self.sandbox.labels}
+        seed = self._seed()
+        replies = {}
+        threads = [threading.Thread(target=lambda s=s: replies.__setitem__(s, self._measure(key, kernel, artifact, seconds, seed, s)))
+                   for s in self.sandbox.labels]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return {s: replies[s] for s in self.sandbox.labels}
 
     def _compiled(self, kernels: dict[str, KernelSource]):
         """Yield (key, (kernel, artifact or None, seconds, error log or None)) as each compile
@@ -214,11 +253,14 @@ class Evaluator:
         except Exception as exc:  # the compiler missing, a cache folder gone: still only this kernel
             return None, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
 
-    def _measure(self, key: str, kernel: KernelSource, artifact: Artifact, compile_s: float, seed: int) -> Evaluation:
-        t0, restarts = time.perf_counter(), self.sandbox.restarts
-        reply = self.sandbox.call({"op": "evaluate", "artifact": artifact, "seed": seed})
-        if self.sandbox.restarts != restarts:
-            self.log(f"candidate {key[:12]}: {reply.get('status')} ({reply.get('cause', '')}); sandbox restarted")
+    def _measure(self, key: str, kernel: KernelSource, artifact: Artifact, compile_s: float, seed: int,
+                 slot: str | None = None) -> Evaluation:
+        slot = slot or self.sandbox.labels[0]
+        box = self.sandbox.sandboxes[slot]
+        t0, restarts = time.perf_counter(), box.restarts
+        reply = self.sandbox.call({"op": "evaluate", "artifact": artifact, "seed": seed}, slot)
+        if box.restarts != restarts:
+            self.log(f"candidate {key[:12]} on {slot}: {reply.get('status')} ({reply.get('cause', '')}); sandbox restarted")
         ev = _record(key, kernel, reply.get("status", "crashed"), reply.get("cause", ""),
                      compile_s=compile_s, compile_log=artifact.log)
         ev.resources = {**kernel.resources, **artifact.resources}
@@ -227,6 +269,11 @@ class Evaluator:
             value = reply.get(name)
             if value is not None and math.isfinite(value):  # inf error of a NaN output: the cause says it
                 setattr(ev, name, value)
+        ev.device, ev.device_time_us = slot, ev.time_us
+        scale = self._scale.get(slot, 1.0)
+        if ev.time_us is not None and scale != 1.0:
+            ev.time_us *= scale
+            ev.time_spread_us = ev.time_spread_us * scale if ev.time_spread_us is not None else None
         ev.shape_errors = list(reply.get("shape_errors") or [])
         ev.phases = {"compile": compile_s, **{k: float(v) for k, v in (reply.get("stages_s") or {}).items()}}
         return ev

@@ -1,40 +1,111 @@
-"""A pool of sandboxed evaluator processes: one per device of the run.
+"""A pool of sandboxed evaluator processes: one per device slot of the run.
 
-Each device's sandbox is a :class:`~core.evaluation.sandbox.Sandbox` built from the same spec with
-its own ``device`` index, so a crash or a sticky error on one device restarts only that one. A run
-has one device today; the pool is the place where several GPUs (and several hosts) plug in.
+Each slot's sandbox is a :class:`~core.evaluation.sandbox.Sandbox` built from the same spec with
+its own device (a GPU index, or a CPU core set: :mod:`core.evaluation.devices`), so a crash or a
+sticky error on one device restarts only that one. :meth:`SandboxPool.map` spreads requests over
+the slots as they free up: a device that falls behind takes fewer.
 """
 from __future__ import annotations
 
+import queue
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
+from core.evaluation.devices import Slot, set_size
 from core.evaluation.sandbox import Sandbox
 
 
 class SandboxPool:
-    """``spec`` is the sandbox server's spec without ``device``; ``devices`` the indices to serve."""
+    """``spec`` is the sandbox server's spec without a device; ``slots`` the devices to serve."""
 
-    def __init__(self, spec: dict, devices: list[int], timeout_s: float, log_path: Path | str | None = None):
-        if not devices:
+    def __init__(self, spec: dict, slots: list[Slot], timeout_s: float, log_path: Path | str | None = None):
+        if not slots:
             raise ValueError("a sandbox pool needs at least one device")
-        self.devices = list(devices)
-        self.sandboxes = {d: Sandbox({**spec, "device": d}, timeout_s, _per_device(log_path, d, len(devices)))
-                          for d in self.devices}
+        self.slots = list(slots)
+        self.labels = [s.label for s in self.slots]
+        size = set_size(self.slots)
+        self.sandboxes = {s.label: Sandbox({**spec, **s.spec(), "set_size": size}, timeout_s,
+                                           _per_device(log_path, k, len(self.slots)))
+                          for k, s in enumerate(self.slots)}
 
     def start(self) -> None:
-        """Start every device's sandbox (SandboxError from the first that cannot start)."""
+        """Start every slot's sandbox (SandboxError from the first that cannot start)."""
         for box in self.sandboxes.values():
             box.start()
 
-    def call(self, request: dict, device: int | None = None, timeout_s: float | None = None) -> dict:
-        """Send ``request`` to ``device``'s sandbox (the first device when None); never raises for
+    def call(self, request: dict, slot: str | None = None, timeout_s: float | None = None) -> dict:
+        """Send ``request`` to ``slot``'s sandbox (the first slot when None); never raises for
         what the sandbox does."""
-        return self.sandboxes[self.devices[0] if device is None else device].call(request, timeout_s)
+        return self.sandboxes[slot or self.labels[0]].call(request, timeout_s)
+
+    def each(self, request: Callable[[str], dict], timeout_s: float | None = None) -> dict[str, dict]:
+        """``request(slot)`` sent to every slot at once; slot -> reply."""
+        if len(self.labels) == 1:
+            return {self.labels[0]: self.call(request(self.labels[0]), timeout_s=timeout_s)}
+        replies: dict[str, dict] = {}
+        threads = [threading.Thread(target=lambda s=s: replies.__setitem__(s, self.call(request(s), s, timeout_s)))
+                   for s in self.labels]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return {s: replies[s] for s in self.labels}
+
+    def map(self, work: Iterable[Any], run: Callable[[Any, str], Any]) -> Iterable[Any]:
+        """``run(item, slot)`` for every item of ``work`` (consumed as it comes: items may still be
+        compiling), each on whichever slot frees up first; yields the results as they finish."""
+        if len(self.labels) == 1:
+            for item in work:
+                yield run(item, self.labels[0])
+            return
+        todo: queue.Queue = queue.Queue(maxsize=len(self.labels))
+        done: queue.Queue = queue.Queue()
+        stop = object()
+
+        def serve(slot: str) -> None:
+            while (item := todo.get()) is not stop:
+                try:
+                    done.put((True, run(item, slot)))
+                except BaseException as exc:  # handed to the consumer, which re-raises it
+                    done.put((False, exc))
+
+        workers = [threading.Thread(target=serve, args=(s,), daemon=True) for s in self.labels]
+        for w in workers:
+            w.start()
+        fed = 0
+
+        def feed() -> None:
+            nonlocal fed
+            try:
+                for item in work:
+                    todo.put(item)
+                    fed += 1
+            except BaseException as exc:  # the producer failed: the consumer re-raises it
+                fed += 1
+                done.put((False, exc))
+            finally:
+                for _ in workers:
+                    todo.put(stop)
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        got = 0
+        while feeder.is_alive() or got < fed:
+            try:
+                ok, value = done.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            got += 1
+            if not ok:
+                raise value
+            yield value
+        for w in workers:
+            w.join()
 
     @property
     def restarts(self) -> int:
-        """Sandbox restarts so far, over every device."""
+        """Sandbox restarts so far, over every slot."""
         return sum(box.restarts for box in self.sandboxes.values())
 
     def close(self) -> None:
@@ -49,9 +120,9 @@ class SandboxPool:
         self.close()
 
 
-def _per_device(log_path: Path | str | None, device: int, count: int) -> Path | str | None:
-    """One log per device when there are several (``sandbox.log`` -> ``sandbox.1.log``)."""
+def _per_device(log_path: Path | str | None, k: int, count: int) -> Path | str | None:
+    """One log per slot when there are several (``sandbox.log`` -> ``sandbox.1.log``)."""
     if log_path is None or count == 1:
         return log_path
     p = Path(log_path)
-    return p.with_name(f"{p.stem}.{device}{p.suffix}")
+    return p.with_name(f"{p.stem}.{k}{p.suffix}")

@@ -46,8 +46,11 @@ class Protocol:
         from core.backends import make_backend
         from core.workloads import get_workload
 
+        from core.evaluation.devices import slot_device
+
         self.backend = make_backend(spec["backend"], spec.get("device", 0))
-        self.device = self.backend.device
+        self.device = slot_device(self.backend.device, int(spec.get("set_size") or 0))
+        self.slot = spec.get("slot") or self.device.label()
         self.runtime = self.backend.make_runtime()
         self.workload = get_workload(spec["workload"])
         self.problem = dict(spec["problem"])
@@ -241,7 +244,7 @@ class Protocol:
         # A verified library path is physical: a floor above it means the peaks were under-measured.
         self._floor_cap = min(self._floor_cap, p["time_us"] / ALLOWANCE)
         self.floor_us = min(self.floor_us, self._floor_cap)
-        return {"status": "ok", "device": asdict(self.device), "primary": primary, "time_us": p["time_us"],
+        return {"status": "ok", "device": asdict(self.device), "slot": self.slot, "primary": primary, "time_us": p["time_us"],
                 "spread_us": p["spread_us"], "memory_bytes": p["memory_bytes"], "baselines": entries,
                 "roofline_us": self.roofline_us, "floor_us": self.floor_us, "peaks": self.peaks.as_dict(),
                 "io_bytes": self.io_bytes,

@@ -46,6 +46,8 @@ class Evaluation:
     compile_log: str = ""
     shape_errors: list = field(default_factory=list)  # [{"shape", "max_abs_err", "rel_err", "margin_used"}]
     phases: dict = field(default_factory=dict)  # seconds per phase: compile, load, verification, timing, stability, memory
+    device: str = ""  # the slot that measured it ("cuda:1", "c:0")
+    device_time_us: float | None = None  # its time on that device; ``time_us`` is scaled to the first slot's
 
     @property
     def ok(self) -> bool:

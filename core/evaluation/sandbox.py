@@ -196,6 +196,9 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
     ``cpu_seconds`` (RLIMIT_CPU, re-armed before each request). A limit that fires kills the child
     (SIGXFSZ, SIGXCPU) or fails an allocation; either way the parent reports the candidate lethal.
     """
+    from core.evaluation.devices import pin
+
+    pin(spec.get("cores") or ())  # a CPU core set: before the server imports numpy, torch, OpenMP
     limits = dict(spec.get("limits") or {})
     workdir = _isolate(log_path, spec)
     try:
