@@ -220,3 +220,17 @@ def test_sandbox_restarts_after_exit_and_sticky_errors(tmp_path):
         second = sb.call({"op": "sticky"})["pid"]  # a sticky device error: answered, then a fresh process
         third = sb.call({"op": "echo"})["pid"]
         assert len({first, second, third}) == 3 and sb.restarts == 2
+
+
+def test_sources_that_compile_to_the_same_code_are_measured_once(evaluator):
+    """Twins (another source, the same machine code and launch) share one measurement; the same source
+    sent again (a re-timing) is measured again."""
+    kernel = evaluator.template.render(_genome(evaluator))
+    twin = dataclasses.replace(kernel, source=kernel.source + "\n/* a comment changes the source, not the code */\n")
+    first, second = evaluator.evaluate_sources([kernel, twin])
+    assert first.status == second.status == "ok"
+    measured, reused = (first, second) if second.same_code_as else (second, first)
+    assert measured.same_code_as == "" and reused.same_code_as == measured.source_hash != reused.source_hash
+    assert reused.time_us == measured.time_us and reused.phases == {"compile": reused.compile_s}
+    [again] = evaluator.evaluate_sources([kernel])
+    assert again.same_code_as == "" and "timing" in again.phases

@@ -101,6 +101,7 @@ class Artifact:
     resources: dict = field(default_factory=dict)  # measured: registers, shared_bytes, spill_bytes
     compile_seconds: float = 0.0
     log: str = ""
+    code_hash: str = ""  # what it executes with its launch (core/backends/elf.py); "" when not known
 
 
 def source_hash(kernel: KernelSource, arch: str = "", toolkit: str = "") -> str:

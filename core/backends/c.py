@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from core.backends import cache
+from core.backends import cache, elf
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime, source_hash
 
 BASE_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp")
@@ -186,7 +186,7 @@ class CBackend(Backend):
     def _artifact(self, kernel: KernelSource, key: str, path: Path, seconds: float, log: str) -> Artifact:
         return Artifact(backend=self.name, source_hash=key, entry=kernel.entry, path=str(path),
                         launch=dict(kernel.launch), resources=dict(kernel.resources),
-                        compile_seconds=seconds, log=log)
+                        compile_seconds=seconds, log=log, code_hash=elf.code_hash(path, kernel.launch, kernel.entry))
 
 
 @lru_cache(maxsize=4)

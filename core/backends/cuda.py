@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from core.backends import cache
+from core.backends import cache, elf
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
 from core.backends.torch_runtime import TorchCudaRuntime
 
@@ -213,7 +213,8 @@ class CudaBackend(Backend):
     @staticmethod
     def _artifact(kernel: KernelSource, key: str, path: Path, resources: dict, seconds: float, log: str) -> Artifact:
         return Artifact(backend="cuda", source_hash=key, entry=kernel.entry, path=str(path), launch=dict(kernel.launch),
-                        resources=dict(resources), compile_seconds=seconds, log=log[-4000:])
+                        resources=dict(resources), compile_seconds=seconds, log=log[-4000:],
+                        code_hash=elf.code_hash(path, kernel.launch, kernel.entry))
 
     def make_runtime(self) -> Runtime:
         return CudaRuntime(self.device.index)

@@ -13,6 +13,7 @@ import random
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +26,7 @@ from core.evaluation.record import Evaluation, first_error_line, one_line, trim_
 from core.evaluation.timing import TIMING_TARGET_S
 from core.genome import Genome
 
+TWINS_KEPT = 4096  # measurements remembered by machine code, for sources that compile to the same kernel
 FULL_TIMING_EVERY = 9  # baseline timings (3 a generation) between two that time every baseline
 CONTENDER_RATIO = 1.5  # a baseline this much slower than the fastest is timed only in full timings
 MEASURES = ("time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes", "stability",
@@ -62,6 +64,8 @@ class Evaluator:
         self._rng = random.Random(config.seed)
         self._contenders: set[str] | None = None  # baselines timed between full timings
         self._scale: dict[str, float] = {}  # slot -> factor to the first slot's time (from the last baseline timing)
+        self._twins: OrderedDict[str, Evaluation] = OrderedDict()  # code hash -> its measurement (latest TWINS_KEPT)
+        self._twins_lock = threading.Lock()
         self._baseline_calls = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -200,12 +204,33 @@ class Evaluator:
             key, (k, artifact, seconds, error) = item
             if error is not None:
                 return key, _record(key, k, "compile_error", first_error_line(error), compile_s=seconds, compile_log=error)
-            return key, self._measure(key, k, artifact, seconds, seeds[key], slot)
+            twin = self._twin(artifact)
+            if twin is not None and twin.source_hash != key:  # another source, the same machine code and launch,
+                # measured already: not measured twice as new (the same source again is a re-timing: measured)
+                return key, twin.copy(genome_hash=key, source_hash=key, source=k.source, compile_s=seconds,
+                                      compile_log=artifact.log, same_code_as=twin.source_hash,
+                                      phases={"compile": seconds})
+            ev = self._measure(key, k, artifact, seconds, seeds[key], slot)
+            self._remember(artifact, ev)
+            return key, ev
 
         for done, (key, ev) in enumerate(self.sandbox.map(compiled, measure), 1):
             results[key] = ev
             self.progress(done, len(to_compile))
         return [results[key].copy(genome_hash=label) for label, key in zip(genome_hashes or keys, keys)]
+
+    def _twin(self, artifact: Artifact) -> Evaluation | None:
+        with self._twins_lock:
+            return self._twins.get(artifact.code_hash) if artifact.code_hash else None
+
+    def _remember(self, artifact: Artifact, ev: Evaluation) -> None:
+        if not artifact.code_hash or ev.status in ("crashed", "timeout"):  # a crash may be the machine's, not the code's
+            return
+        with self._twins_lock:
+            self._twins[artifact.code_hash] = ev.copy(source=None, compile_log="")
+            self._twins.move_to_end(artifact.code_hash)
+            while len(self._twins) > TWINS_KEPT:
+                self._twins.popitem(last=False)
 
     def evaluate_everywhere(self, kernel: KernelSource) -> dict[str, Evaluation]:
         """``kernel`` verified and timed on every device slot of the run (one compile): slot ->

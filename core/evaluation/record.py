@@ -48,6 +48,7 @@ class Evaluation:
     phases: dict = field(default_factory=dict)  # seconds per phase: compile, load, verification, timing, stability, memory
     device: str = ""  # the slot that measured it ("cuda:1", "c:0")
     device_time_us: float | None = None  # its time on that device; ``time_us`` is scaled to the first slot's
+    same_code_as: str = ""  # the source hash of a twin measured before: same machine code and launch
 
     @property
     def ok(self) -> bool:
