@@ -64,7 +64,8 @@ class Evaluator:
         self._rng = random.Random(config.seed)
         self._contenders: set[str] | None = None  # baselines timed between full timings
         self._scale: dict[str, float] = {}  # slot -> factor to the first slot's time (from the last baseline timing)
-        self._twins: OrderedDict[str, Evaluation] = OrderedDict()  # code hash -> its measurement (latest TWINS_KEPT)
+        # code hash -> (its latest measurement, the sources that had it); the latest TWINS_KEPT codes
+        self._twins: OrderedDict[str, tuple[Evaluation, set]] = OrderedDict()
         self._twins_lock = threading.Lock()
         self._baseline_calls = 0
 
@@ -204,14 +205,13 @@ class Evaluator:
             key, (k, artifact, seconds, error) = item
             if error is not None:
                 return key, _record(key, k, "compile_error", first_error_line(error), compile_s=seconds, compile_log=error)
-            twin = self._twin(artifact)
-            if twin is not None and twin.source_hash != key:  # another source, the same machine code and launch,
-                # measured already: not measured twice as new (the same source again is a re-timing: measured)
+            twin = self._twin(artifact, key)
+            if twin is not None:  # another source, the same machine code and launch, measured already
                 return key, twin.copy(genome_hash=key, source_hash=key, source=k.source, compile_s=seconds,
                                       compile_log=artifact.log, same_code_as=twin.source_hash,
                                       phases={"compile": seconds})
             ev = self._measure(key, k, artifact, seconds, seeds[key], slot)
-            self._remember(artifact, ev)
+            self._remember(artifact, key, ev)
             return key, ev
 
         for done, (key, ev) in enumerate(self.sandbox.map(compiled, measure), 1):
@@ -219,15 +219,22 @@ class Evaluator:
             self.progress(done, len(to_compile))
         return [results[key].copy(genome_hash=label) for label, key in zip(genome_hashes or keys, keys)]
 
-    def _twin(self, artifact: Artifact) -> Evaluation | None:
+    def _twin(self, artifact: Artifact, key: str) -> Evaluation | None:
+        """The measurement of another source with ``artifact``'s code, or None. A source that has
+        had that measurement before is sent again to be re-timed: it is measured, not answered."""
         with self._twins_lock:
-            return self._twins.get(artifact.code_hash) if artifact.code_hash else None
+            held = self._twins.get(artifact.code_hash) if artifact.code_hash else None
+            if held is None or key in held[1]:
+                return None
+            held[1].add(key)
+            return held[0]
 
-    def _remember(self, artifact: Artifact, ev: Evaluation) -> None:
+    def _remember(self, artifact: Artifact, key: str, ev: Evaluation) -> None:
         if not artifact.code_hash or ev.status in ("crashed", "timeout"):  # a crash may be the machine's, not the code's
             return
         with self._twins_lock:
-            self._twins[artifact.code_hash] = ev.copy(source=None, compile_log="")
+            users = self._twins[artifact.code_hash][1] if artifact.code_hash in self._twins else set()
+            self._twins[artifact.code_hash] = (ev.copy(source=None, compile_log=""), users | {key})
             self._twins.move_to_end(artifact.code_hash)
             while len(self._twins) > TWINS_KEPT:
                 self._twins.popitem(last=False)
