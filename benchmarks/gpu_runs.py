@@ -61,6 +61,11 @@ def one_run(spec: str, runs: Path, out: Path, timeout_s: int, extra: list[str], 
     result["statuses"] = fresh["status"].value_counts().to_dict()
     if "device" in fresh:
         result["evaluations_per_device"] = fresh["device"].value_counts().to_dict()
+    ok = inds[inds["status"] == "ok"]
+    result["term_quantiles"] = {  # how much each objective's term varies over the run's viable individuals
+        col: [round(float(q), 4) for q in ok[col].quantile([0.0, 0.1, 0.5, 0.9, 1.0])]
+        for col in ("time_term", "memory_term", "stability_term", "determinism", "steadiness", "error_margin")
+        if col in ok and ok[col].notna().any()}
     result["lethal_causes"] = sorted({str(c)[:160] for c in fresh.loc[fresh["status"] != "ok", "cause"].dropna()})[:10]
     result["evals_per_min"] = round(60 * float(gens["n_evaluated"].sum()) / max(float(took.sum()), 1e-9), 1)
     result["evals_per_min_after_gen0"] = round(60 * float(gens["n_evaluated"][1:].sum()) /
