@@ -1,4 +1,4 @@
-"""How long the Monitor page takes for a run of 5,000 generations x 64 individuals (target: < 2 s).
+"""How long the Monitor and Individuals pages take for a run of 5,000 generations x 64 individuals (target: < 2 s).
 
 The run is written with the real store writer (``RunWriter.commit_generation``, one transaction and
 one live/ Parquet mirror per generation, as the worker does) through
@@ -8,7 +8,10 @@ one live/ Parquet mirror per generation, as the worker does) through
 2. the whole Monitor page through Streamlit's AppTest: the first render with empty caches, a rerun
    with warm caches (what every live refresh costs while no generation lands), and a rerun after
    a new generation was committed (the caches keyed on the run's files are invalidated);
-3. with ``--browser``, the time Chromium needs from navigation until all five charts are drawn.
+3. the Individuals page's data path (every individual into one DuckDB table, a filtered sorted
+   query, the gene importance forest) and the whole page through AppTest;
+4. with ``--browser``, the time Chromium needs from navigation until all five Monitor charts are
+   drawn, and until the Individuals table and its two charts are drawn.
 
     python benchmarks/monitor_render.py [--runs-dir DIR] [--generations 5000] [--population 64]
                                         [--browser] [--write benchmarks/MONITOR_RESULTS.md]
@@ -83,6 +86,62 @@ def data_loading(folder: Path) -> list[tuple[str, float]]:
     return rows
 
 
+def individuals_loading(folder: Path) -> list[tuple[str, float]]:
+    """The Individuals page's data path: the table build (once per new generation), a query, importance."""
+    from dashboard import importance
+    from store.queries import IndividualsTable
+
+    rows = []
+    t, table = timed(lambda: IndividualsTable(folder), repeat=3)
+    rows.append((f"IndividualsTable: every individual into DuckDB ({table.rows:,} rows, {len(table.genes)} genes)", t))
+    gene = table.genes[0]
+    value = table.distinct(gene)[0]
+    filters = {"status": ["ok"], "in": {gene: [value]}}
+    t, _ = timed(lambda: (table.count(filters), table.query(filters, sort="time_us", descending=False, limit=1000)))
+    rows.append(("filter (status + one gene) + sort + first 1,000 rows + count", t))
+    t, frame = timed(lambda: table.latest_sample(None, ["fitness", *table.genes], importance.MAX_ROWS), repeat=3)
+    rows.append((f"latest row of each genome, sampled in DuckDB, for importance ({len(frame):,} rows)", t))
+    t, imp = timed(lambda: importance.gene_importance(frame, table.genes), repeat=3)
+    rows.append((f"gene importance (random forest + permutation, {importance.MAX_ROWS:,} genomes sampled)", t))
+    t, _ = timed(lambda: (charts.importance(imp).to_json(),
+                          charts.parallel(importance.parallel_frame(frame, table.genes), table.genes[:8]).to_json()))
+    rows.append(("build + serialise the importance and parallel-coordinates figures", t))
+    return rows
+
+
+def apptest_individuals(runs: Path, run_id: str) -> list[tuple[str, float]]:
+    """The whole Individuals page through AppTest: cold (table build + importance) and warm."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["ABEBOT_RUNS_DIR"] = str(runs)
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["run"] = run_id
+    at.run()
+    at.switch_page("pages/individuals.py")
+    t0 = time.perf_counter()
+    at.run()
+    cold = time.perf_counter() - t0
+    assert not at.exception, [e.value for e in at.exception]
+    warm = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        at.run()
+        warm.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    at.toggle(key="ind_importance").set_value(True).run()
+    importance_on = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    at.multiselect(key="ind_status").set_value(["ok"]).run()
+    refilter = time.perf_counter() - t0
+    return [("Individuals page, first render (table build + gene importance)", cold),
+            ("Individuals page, rerun with warm caches (median of 3)", statistics.median(warm)),
+            ("Individuals page, gene importance toggle rerun (cached)", importance_on),
+            ("Individuals page, a new filter (query + importance refit)", refilter)]
+
+
 def apptest(runs: Path, run_id: str) -> list[tuple[str, float]]:
     """The whole Monitor page through AppTest: cold, warm, and after a new generation."""
     import streamlit as st
@@ -98,7 +157,7 @@ def apptest(runs: Path, run_id: str) -> list[tuple[str, float]]:
     at.run()
     cold = time.perf_counter() - t0
     assert not at.exception, [e.value for e in at.exception]
-    assert any(m.label == "Generation" for m in at.metric)
+    assert any(m.label == "Generations done" for m in at.metric)
     warm = []
     for _ in range(5):
         t0 = time.perf_counter()
@@ -151,6 +210,17 @@ def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
                 page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5",
                                        timeout=120_000)
                 out.append((label, time.perf_counter() - t0))
+            for visit in ("first visit", "reload, warm"):
+                t0 = time.perf_counter()
+                page.goto(f"{url}/individuals?run={run_id}")
+                page.get_by_text("individuals match").wait_for(timeout=300_000)
+                page.wait_for_function("document.querySelector('[data-testid=\"stDataFrame\"] canvas')",
+                                       timeout=300_000)
+                out.append((f"Chromium: Individuals until the table is drawn ({visit})", time.perf_counter() - t0))
+                page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2",
+                                       timeout=300_000)
+                out.append((f"Chromium: Individuals until importance + parallel coordinates drawn ({visit})",
+                            time.perf_counter() - t0))
             b.close()
     finally:
         os.killpg(server.pid, 9)
@@ -177,9 +247,13 @@ def main() -> int:
     size = sum(p.stat().st_size for p in (folder / "live").rglob("*") if p.is_file())
     print(f"run {run_id}: {args.generations} generations x {args.population} individuals, live/ {size / 2**20:.1f} MiB"
           + (f", built in {build_s:.0f} s" if build_s else " (reused)"), flush=True)
-    rows = data_loading(folder) + apptest(runs, run_id)
-    if args.browser:
-        rows += browser(runs, run_id)
+    rows = []
+    for step in (lambda: data_loading(folder), lambda: apptest(runs, run_id), lambda: individuals_loading(folder),
+                 lambda: apptest_individuals(runs, run_id)) + ((lambda: browser(runs, run_id)),) * args.browser:
+        got = step()
+        for name, secs in got:
+            print(f"{name}: {secs * 1000:.1f} ms", flush=True)
+        rows += got
     width = max(len(r[0]) for r in rows)
     for name, secs in rows:
         print(f"{name.ljust(width)}  {secs * 1000:8.1f} ms")
@@ -187,7 +261,7 @@ def main() -> int:
         cmd = "python benchmarks/monitor_render.py " + " ".join(
             a for a in sys.argv[1:] if not a.startswith("--runs-dir") and not a.startswith("/"))
         lines = [
-            "# Monitor page render time, 5,000 generations x 64 individuals",
+            "# Monitor and Individuals page render time, 5,000 generations x 64 individuals",
             "",
             f"Measured {time.strftime('%Y-%m-%d %H:%M %Z')} on {platform.node()} ({os.cpu_count()} CPU cores, "
             f"Python {platform.python_version()}, {platform.machine()}); target: under 2 s.",

@@ -68,7 +68,61 @@ def export_champions(run_dir: Path | str, out_dir: Path | str, which: str = "cha
                           **({"standalone_error": problem} if problem else {})})
         atomic_write_json(out / "index.json", {"run_id": run.name, "which": which, "kernels": index,
                                                "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        backend = str(cfg.get("backend") or "")
+        (out / "requirements.txt").write_text(requirements_text(backend))
+        (out / "README.md").write_text(readme_text(run.name, cfg, baseline, index))
     return out
+
+
+# What run_kernel.py imports, per backend (beside the copy of AbeBot's evaluation code it carries).
+_NEEDS = {"c": ("numpy",), "cuda": ("numpy", "cupy-cuda13x", "torch"), "triton": ("numpy", "torch", "triton")}
+
+
+def requirements_text(backend: str) -> str:
+    """A requirements.txt for the exported kernels, pinned to the versions AbeBot itself pins."""
+    pins = {}
+    try:
+        for line in (Path(__file__).resolve().parent.parent / "requirements.txt").read_text().splitlines():
+            name = line.split("==")[0].strip()
+            if "==" in line and not line.lstrip().startswith("#"):
+                pins[name] = line.strip()
+    except OSError:
+        pass
+    lines = [pins.get(name, name) for name in _NEEDS.get(backend, ("numpy",))]
+    note = "# and a C compiler with OpenMP (gcc) on the PATH\n" if backend == "c" else ""
+    return "# run_kernel.py's imports; install with: pip install -r requirements.txt\n" + note + "\n".join(lines) + "\n"
+
+
+def readme_text(run_id: str, cfg: dict, baseline: dict, index: list[dict]) -> str:
+    """The export's README: what is in it, how to run it, and the shape its kernels were tuned for."""
+    problem = cfg.get("problem") or {}
+    shape = baseline.get("shape") or {k: v for k, v in problem.items() if isinstance(v, int)}
+    shape_text = ", ".join(f"{k}={v}" for k, v in shape.items()) or "the run's problem"
+    rows = "\n".join(f"| `{k['folder']}` | {k.get('generation')} | {k.get('fitness') or 0:.4f} | "
+                      f"{k.get('time_us') or 0:.2f} |" for k in index)
+    return f"""# Kernels exported from AbeBot run `{run_id}`
+
+Workload **{cfg.get('workload')}** on backend **{cfg.get('backend')}**, problem `{json.dumps(problem, sort_keys=True)}`.
+
+> **Tuned for one shape.** These kernels were evolved and timed on {shape_text} only. On other shapes
+> they are verified but not tuned, and can be much slower than the library: a CPU GEMM champion of
+> 256³ ran at 0.37–0.56× numpy on the other verification shapes. Re-check before using one elsewhere:
+> `python run_kernel.py --problem '{{"m": 512, "n": 512, "k": 512}}'`.
+
+| folder | generation | fitness | time (µs) |
+|---|---:|---:|---:|
+{rows}
+
+Each folder holds the kernel source, `launch.json` (entry point, compiler flags, launch settings),
+`genome.json`, `report.json` (measurements, baseline, device, versions, verification) and
+`run_kernel.py`, which recompiles the kernel, re-verifies it against a float64 reference and times it
+beside every baseline with the copy of AbeBot's evaluation code stored beside it (`abebot/core`).
+
+```bash
+pip install -r requirements.txt
+cd {index[0]['folder'] if index else '01_<hash>'} && python run_kernel.py   # exit status 1 when verification fails
+```
+"""
 
 
 def export_zip(run_dir: Path | str, which: str = "champion", k: int = 5) -> bytes:

@@ -34,11 +34,17 @@ def table(baseline: dict | None, champion: dict | None) -> pd.DataFrame:
         rows.append({"name": "roofline", "kind": "roofline", "time_us": baseline["roofline_us"], "spread_us": None,
                      "memory_bytes": baseline.get("io_bytes")})
     df = pd.DataFrame(rows)
+    for col in ("time_us", "spread_us", "memory_bytes"):  # None would show as the text "None"
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     primary_time = float(baseline.get("time_us") or math.nan)
     champ_time = float(champion["time_us"]) if champion and champion.get("time_us") else math.nan
     t = df["time_us"].astype(float)
     df["speedup_vs_primary"] = primary_time / t
     df["champion_speedup"] = t / champ_time
+    # Text, so that the champion's own row (and every row before there is a champion) is blank
+    # rather than "1.00×" or "None".
+    df["champion_speedup"] = [f"{v:.2f}×" if k == "baseline" and v == v else ""
+                              for k, v in zip(df["kind"], df["champion_speedup"])]
     flops, io = baseline.get("flops"), baseline.get("io_bytes")
     df["gflops"] = float(flops) / t / 1e3 if flops else math.nan
     df["gbps"] = float(io) / t / 1e3 if io else math.nan
@@ -57,8 +63,58 @@ def from_bench(bench: dict) -> tuple[dict, dict]:
     return baseline, champion
 
 
+DISAGREE_REL = 0.10  # re-measured speed-up vs the run's: beyond this the two are not the same machine state
+
+
+def bench_warnings(bench: dict | None, run_baseline: dict | None, run_champion: dict | None) -> list[str]:
+    """What to distrust in a re-measurement (``bench.json``): rounds that disagree with each other
+    (spread over the median above the noisy threshold) and a speed-up that disagrees with the run's."""
+    from core.retiming import NOISY_REL_SPREAD
+
+    if not bench:
+        return []
+    out = []
+    items = [("the champion", bench.get("champion") or {})] + list((bench.get("baselines") or {}).items())
+    for name, rec in items:
+        rounds = [float(x) for x in rec.get("rounds_us") or [] if x]
+        if len(rounds) > 1:
+            mid = sorted(rounds)[len(rounds) // 2]
+            rel = (max(rounds) - min(rounds)) / mid
+            if rel > NOISY_REL_SPREAD:
+                out.append(f"The re-measurement's rounds disagree for {name}: {min(rounds):.2f}–{max(rounds):.2f} µs "
+                           f"({100 * rel:.0f} % apart); the machine was busy or its clock moved.")
+    base, champ = from_bench(bench)
+    if run_baseline and run_champion and run_champion.get("genome_hash") == bench.get("genome_hash"):
+        try:
+            then = float(run_baseline["time_us"]) / float(run_champion["time_us"])
+            now = float(base["time_us"]) / float(champ["time_us"])
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            return out
+        if abs(now / then - 1) > DISAGREE_REL:
+            out.append(f"The re-measured speed-up ({now:.2f}×) disagrees with the run's own figures ({then:.2f}×) "
+                       f"by {100 * abs(now / then - 1):.0f} %: trust neither until the machine is quiet.")
+    return out
+
+
 def bound(baseline: dict | None) -> str:
     """``compute`` or ``memory``: which throughput to read first for this workload's timed shape."""
     if not baseline or not baseline.get("flops") or not baseline.get("io_bytes"):
         return "memory"
     return "compute" if baseline["flops"] / baseline["io_bytes"] > 20 else "memory"
+
+
+def roofline_reason(baseline: dict | None) -> str:
+    """Why a run has no roofline figure (shown instead of a bare "—")."""
+    if not baseline:
+        return "no baseline measured yet"
+    if not baseline.get("flops") and not baseline.get("io_bytes"):
+        return "the workload declares no FLOPs or bytes for this shape"
+    return ("the device's copy bandwidth and matmul rate were not measured for this run "
+            "(runs from before the roofline was recorded)")
+
+
+def memory_unit(table: pd.DataFrame) -> tuple[str, float]:
+    """The unit the Benchmark table shows memory in, the one its metrics use (largest value's)."""
+    from dashboard.charts import byte_unit
+
+    return byte_unit(table["memory_bytes"].max() if "memory_bytes" in table and not table.empty else 0)

@@ -25,7 +25,21 @@ def byte_unit(largest: float | None) -> tuple[str, float]:
 def _generation_axis(fig: go.Figure, generations: pd.Series) -> None:
     """Whole-number generation ticks (Plotly would otherwise label 0.5, 1.5 on short runs)."""
     span = int(generations.max() - generations.min()) if len(generations) else 0
-    fig.update_xaxes(title="generation", tick0=0, dtick=max(1, -(-span // 8)), tickformat="d")
+    fig.update_xaxes(title="generation (from 0)", tick0=0, dtick=max(1, -(-span // 8)), tickformat="d")
+
+
+def _x(df: pd.DataFrame, wall: bool) -> pd.Series:
+    """The x values: the generation, or with ``wall`` the wall-clock time its commit finished."""
+    if wall and "finished_at" in df:
+        return pd.to_datetime(pd.to_numeric(df["finished_at"], errors="coerce"), unit="s", utc=True).dt.tz_convert(None)
+    return df["generation"]
+
+
+def _x_axis(fig: go.Figure, df: pd.DataFrame, wall: bool) -> None:
+    if wall and "finished_at" in df:
+        fig.update_xaxes(title="wall-clock time (UTC)")
+    else:
+        _generation_axis(fig, df["generation"])
 
 
 def _layout(fig: go.Figure, title: str, height: int = 320, **kw) -> go.Figure:
@@ -45,11 +59,12 @@ def empty(title: str, message: str = "no data yet") -> go.Figure:
     return _layout(fig, title, height=260)
 
 
-def fitness(curves: pd.DataFrame) -> go.Figure:
-    """Best, mean and worst fitness per generation (the band between worst and best shaded)."""
+def fitness(curves: pd.DataFrame, wall: bool = False) -> go.Figure:
+    """Best, mean and worst fitness per generation (the band between worst and best shaded); with
+    ``wall``, against wall-clock time."""
     if curves.empty:
         return empty("Fitness per generation")
-    x = curves["generation"]
+    x = _x(curves, wall)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=x, y=curves["worst_fitness"], name="worst", mode="lines",
                              line=dict(color=GREY, width=1)))
@@ -57,36 +72,39 @@ def fitness(curves: pd.DataFrame) -> go.Figure:
                              line=dict(color=BLUE, width=2.5), fill="tonexty", fillcolor="rgba(37,99,235,0.08)"))
     fig.add_trace(go.Scatter(x=x, y=curves["mean_fitness"], name="mean", mode="lines",
                              line=dict(color=ORANGE, width=1.5, dash="dot")))
-    _generation_axis(fig, x)
+    _x_axis(fig, curves, wall)
     fig.update_yaxes(title="fitness", rangemode="tozero")
     return _layout(fig, "Fitness per generation")
 
 
-def time_and_memory(df: pd.DataFrame, baseline: pd.DataFrame | None = None) -> go.Figure:
-    """Best kernel time and best memory per generation, on two axes; with ``baseline``
-    (:func:`dashboard.data.baseline_noise`), the baseline's time per generation on the time axis,
-    its spread as a band and the noisy generations marked: the machine's noise at a glance."""
+def time_and_memory(df: pd.DataFrame, baseline: pd.DataFrame | None = None, wall: bool = False) -> go.Figure:
+    """The best time and memory so far (:func:`dashboard.data.best_so_far`), on two axes; with
+    ``baseline`` (:func:`dashboard.data.baseline_noise`), the baseline's time per generation on the
+    time axis, its spread as a band and the noisy generations marked: the machine's noise at a glance."""
     if df.empty:
-        return empty("Best time and memory")
+        return empty("Best time and memory so far")
     fig = make_subplots(specs=[[{"secondary_y": True}]])
+    x = _x(df, wall)
     if "best_time_us" in df:
-        fig.add_trace(go.Scatter(x=df["generation"], y=df["best_time_us"], name="best time (µs)", mode="lines",
+        fig.add_trace(go.Scatter(x=x, y=df["best_time_us"], name="best time so far (µs)", mode="lines",
                                  line=dict(color=BLUE, shape="hv")), secondary_y=False)
     if baseline is not None and not baseline.empty:
-        _baseline_traces(fig, baseline)
+        _baseline_traces(fig, baseline, wall)
     unit, scale = byte_unit(df["best_memory_bytes"].max() if "best_memory_bytes" in df else 0)
     if "best_memory_bytes" in df:
-        fig.add_trace(go.Scatter(x=df["generation"], y=df["best_memory_bytes"] / scale, name=f"best memory ({unit})",
+        fig.add_trace(go.Scatter(x=x, y=df["best_memory_bytes"] / scale, name=f"least memory so far ({unit})",
                                  mode="lines", line=dict(color=GREEN, shape="hv", dash="dash")), secondary_y=True)
-    _generation_axis(fig, df["generation"])
-    fig.update_yaxes(title="time (µs)", secondary_y=False)
-    fig.update_yaxes(title=f"memory ({unit})", secondary_y=True, showgrid=False, tickformat=".4~g")
-    return _layout(fig, "Best time and memory")
+    _x_axis(fig, df, wall)
+    fig.update_yaxes(title="time (µs)", secondary_y=False, rangemode="tozero")
+    # From zero with Plotly's own round ticks: a narrow range would get ticks like 781.7, 810.2.
+    fig.update_yaxes(title=f"memory ({unit})", secondary_y=True, showgrid=False, rangemode="tozero",
+                     tickformat="~s")
+    return _layout(fig, "Best time and memory so far")
 
 
-def _baseline_traces(fig: go.Figure, b: pd.DataFrame) -> None:
+def _baseline_traces(fig: go.Figure, b: pd.DataFrame, wall: bool = False) -> None:
     """The baseline's time (grey, dotted), a band of ± half its spread, noisy generations as red crosses."""
-    x, t = b["generation"], b["baseline_time_us"]
+    x, t = _x(b, wall), b["baseline_time_us"]
     half = b["baseline_spread_us"].fillna(0) / 2
     fig.add_trace(go.Scatter(x=x, y=t + half, mode="lines", line=dict(width=0), hoverinfo="skip", showlegend=False),
                   secondary_y=False)
@@ -99,7 +117,7 @@ def _baseline_traces(fig: go.Figure, b: pd.DataFrame) -> None:
                   secondary_y=False)
     noisy = b[b["noisy"].astype(bool)]
     if not noisy.empty:
-        fig.add_trace(go.Scatter(x=noisy["generation"], y=noisy["baseline_time_us"], mode="markers",
+        fig.add_trace(go.Scatter(x=_x(noisy, wall), y=noisy["baseline_time_us"], mode="markers",
                                  name=f"noisy generation (spread > {100 * NOISY_REL_SPREAD:g} %)",
                                  marker=dict(symbol="x", size=9, color=RED)), secondary_y=False)
 
@@ -118,41 +136,72 @@ def lethal(causes: pd.DataFrame) -> go.Figure:
     return _layout(fig, "Lethal candidates by cause")
 
 
-def diversity(df: pd.DataFrame) -> go.Figure:
+def diversity(df: pd.DataFrame, wall: bool = False) -> go.Figure:
     """Population diversity per generation."""
     if df.empty or "diversity" not in df:
         return empty("Population diversity")
-    fig = go.Figure(go.Scatter(x=df["generation"], y=df["diversity"], mode="lines", name="diversity",
+    fig = go.Figure(go.Scatter(x=_x(df, wall), y=df["diversity"], mode="lines", name="diversity",
                                line=dict(color="#7c3aed")))
-    _generation_axis(fig, df["generation"])
+    _x_axis(fig, df, wall)
     fig.update_yaxes(title="diversity", rangemode="tozero")
     return _layout(fig, "Population diversity")
 
 
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values for a log axis from ``lo`` to ``hi``: 1, 2, 5 times powers of ten, thinned to
+    powers of ten when that would be more than ten labels (Plotly labels every minor tick)."""
+    import math
+
+    if not (lo > 0 and hi > 0):
+        return []
+    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+             for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+    return ticks if len(ticks) <= 10 else [t for t in ticks if str(t).lstrip("0.").startswith("1")]
+
+
+def _padded(lo: float, hi: float, min_rel_span: float = 0.1) -> list[float]:
+    """An axis range around [lo, hi] with room for markers at both ends; a span under
+    ``min_rel_span`` of the values is widened to it, so a tiny difference is not drawn as a big one."""
+    mid = (lo + hi) / 2
+    half = max((hi - lo) / 2, abs(mid) * min_rel_span / 2) * 1.15
+    return [max(0.0, mid - half) if lo >= 0 else mid - half, mid + half]
+
+
 def pareto(points: pd.DataFrame, generation: int | None) -> go.Figure:
-    """Time against memory of one generation, coloured by stability; the first front outlined."""
+    """Time against memory of one generation, coloured by stability where it varies; the first front outlined."""
     title = f"Time vs memory, generation {generation}" if generation is not None else "Time vs memory"
     if points.empty:
         return empty(title, "no measured candidates in this generation")
-    stability = points["stability"] if "stability" in points else None
+    stability = pd.to_numeric(points["stability"], errors="coerce") if "stability" in points else None
+    varies = stability is not None and stability.nunique(dropna=True) > 1
     front = points[points["pareto_rank"] == 0] if "pareto_rank" in points else points.iloc[0:0]
     unit, scale = byte_unit(points["memory_bytes"].max())
-    hover = ("%{customdata[0]}<br>time %{x:.2f} µs<br>memory %{y:.2f} " + unit + "<br>fitness %{customdata[1]:.4f}"
-             "<br>Pareto rank %{customdata[2]}<extra></extra>")
-    custom = points[[c for c in ("genome_hash", "fitness", "pareto_rank") if c in points]].to_numpy()
-    fig = go.Figure(go.Scatter(
-        x=points["time_us"], y=points["memory_bytes"] / scale, mode="markers", name="candidates",
-        marker=dict(size=10, color=stability, colorscale="Viridis", cmin=0, cmax=1,
-                    colorbar=dict(title="stability", thickness=12), line=dict(width=0.5, color="white")),
-        customdata=custom, hovertemplate=hover))
+    hover = ("%{customdata[0]}<br>time %{x:.2f} µs<br>memory %{y:.3f} " + unit + "<br>fitness %{customdata[1]:.4f}"
+             "<br>Pareto rank %{customdata[2]}<br>stability %{customdata[3]:.3f}<extra></extra>")
+    custom = points.reindex(columns=["genome_hash", "fitness", "pareto_rank", "stability"]).to_numpy()
+    marker = dict(size=10, line=dict(width=0.5, color="white"))
+    if varies:
+        marker.update(color=stability, colorscale="Viridis", cmin=0, cmax=1,
+                      colorbar=dict(title="stability", thickness=12))
+    else:  # one colour: a colour bar over a single value says nothing
+        marker.update(color=BLUE)
+    name = "candidates" if varies or stability is None else f"candidates (stability {stability.iloc[0]:.2f} for all)"
+    fig = go.Figure(go.Scatter(x=points["time_us"], y=points["memory_bytes"] / scale, mode="markers", name=name,
+                               marker=marker, customdata=custom, hovertemplate=hover, cliponaxis=False))
     if not front.empty:
         fig.add_trace(go.Scatter(x=front["time_us"], y=front["memory_bytes"] / scale, mode="markers",
-                                 name="first Pareto front", hoverinfo="skip",
+                                 name="first Pareto front", hoverinfo="skip", cliponaxis=False,
                                  marker=dict(size=17, color="rgba(0,0,0,0)", line=dict(color=RED, width=2))))
     times = points["time_us"].astype(float)
+    mem = points["memory_bytes"].astype(float) / scale
     wide = times.min() > 0 and times.max() / times.min() > 20  # one slow outlier would squash the rest
-    fig.update_xaxes(title="time (µs, log scale)" if wide else "time (µs)", type="log" if wide else "linear")
-    fig.update_yaxes(title=f"memory ({unit})")
+    if wide:
+        ticks = log_ticks(times.min() / 1.2, times.max() * 1.2)
+        fig.update_xaxes(title="time (µs, log scale)", type="log", tickvals=ticks,
+                         ticktext=[f"{t:g}" for t in ticks])
+    else:
+        fig.update_xaxes(title="time (µs)", range=_padded(times.min(), times.max()))
+    fig.update_yaxes(title=f"memory ({unit})", range=_padded(mem.min(), mem.max()))
     fig = _layout(fig, title, height=360)
     fig.update_layout(hovermode="closest")
     return fig
@@ -165,7 +214,9 @@ def benchmark_bars(table: pd.DataFrame, roofline_us: float | None) -> go.Figure:
     colours = [BLUE if kind == "champion" else GREY for kind in table["kind"]]
     fig = go.Figure(go.Bar(y=table["name"], x=table["time_us"], orientation="h", marker_color=colours,
                            error_x=dict(type="data", array=table.get("spread_us"), visible=True, color="#475569"),
-                           text=[f"{t:,.1f} µs" for t in table["time_us"]], textposition="auto",
+                           # inside, at the bar's base: the error bar sits at its end
+                           text=[f"{t:,.1f} µs" for t in table["time_us"]], textposition="inside",
+                           insidetextanchor="start", textfont=dict(color="white"),
                            hovertemplate="%{y}: %{x:.2f} µs<extra></extra>"))
     if roofline_us:
         fig.add_vline(x=roofline_us, line=dict(color=RED, dash="dash"), annotation_text="roofline",
@@ -193,12 +244,52 @@ def memory_bars(table: pd.DataFrame) -> go.Figure:
 
 
 def compare_runs(curves: dict[str, pd.DataFrame]) -> go.Figure:
-    """Best fitness per generation of several runs on one chart."""
+    """Best fitness per generation of several runs on one chart (markers where a run has few points,
+    so a one-generation run is a visible dot; the y-axis fits the data, not Plotly's default 0..10)."""
     if not curves:
         return empty("Best fitness per run", "select runs to compare")
     fig = go.Figure()
     for run_id, df in curves.items():
-        fig.add_trace(go.Scatter(x=df["generation"], y=df["best_fitness"], name=run_id, mode="lines"))
+        fig.add_trace(go.Scatter(x=df["generation"], y=df["best_fitness"], name=run_id,
+                                 mode="lines+markers" if len(df) < 60 else "lines", marker=dict(size=8)))
     _generation_axis(fig, pd.concat([df["generation"] for df in curves.values()]))
-    fig.update_yaxes(title="best fitness", rangemode="tozero")
+    top = pd.concat([pd.to_numeric(df["best_fitness"], errors="coerce") for df in curves.values()]).max()
+    fig.update_yaxes(title="best fitness", range=[0, float(top) * 1.1 if top and top > 0 else 1])
     return _layout(fig, "Best fitness per run", height=400)
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("gene.").split(".", 1)[-1]
+
+
+def importance(table: pd.DataFrame) -> go.Figure:
+    """Horizontal bars of gene importance with their spread over the permutation repeats."""
+    if table.empty:
+        return empty("Gene importance for fitness", "too few distinct genomes (or no gene varies) yet")
+    fig = go.Figure(go.Bar(y=[_short(g) for g in table["gene"]], x=table["importance"], orientation="h",
+                           marker_color=BLUE, error_x=dict(type="data", array=table["spread"], color="#475569"),
+                           customdata=table["gene"], hovertemplate="%{customdata}: %{x:.4f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title="drop of held-out R² when the gene is shuffled", rangemode="tozero")
+    fig = _layout(fig, f"Gene importance for fitness (forest R² {table['r2'].iloc[0]:.2f} on held-out genomes)",
+                  height=120 + 28 * len(table))
+    fig.update_layout(hovermode="closest", showlegend=False)
+    return fig
+
+
+def parallel(frame: pd.DataFrame, genes: list[str]) -> go.Figure:
+    """Parallel coordinates: one axis per gene (its values as ticks) and fitness, lines coloured by fitness."""
+    if frame.empty or not genes:
+        return empty("Genes against fitness", "no rows match the filter")
+    dims = []
+    for g in genes:
+        values = frame[g].astype(str)
+        levels = sorted(values.unique(), key=lambda v: (len(v), v))
+        codes = values.map({v: i for i, v in enumerate(levels)})
+        shown = levels if len(levels) <= 12 else levels[:: -(-len(levels) // 12)]
+        dims.append(dict(label=_short(g), values=codes, tickvals=[levels.index(v) for v in shown],
+                         ticktext=[v[:14] for v in shown]))
+    dims.append(dict(label="fitness", values=frame["fitness"].astype(float)))
+    fig = go.Figure(go.Parcoords(line=dict(color=frame["fitness"].astype(float), colorscale="Viridis", showscale=True),
+                                 dimensions=dims))
+    return _layout(fig, f"Genes against fitness ({len(frame):,} rows)", height=420)

@@ -28,18 +28,48 @@ def fitness_curves(gens: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataF
     """best / mean / worst fitness per generation, bucketed to at most ``max_points`` rows.
 
     A bucket keeps the best of its best, the mean of its means and the worst of its worst, so the
-    envelope stays honest when it is downsampled; ``generation`` is the bucket's last generation.
+    envelope stays honest when it is downsampled; ``generation`` (and ``finished_at``, the
+    wall-clock time of its commit, when stored) is the bucket's last generation's.
     """
     cols = ["generation", "best_fitness", "mean_fitness", "worst_fitness"]
     if gens.empty:
-        return pd.DataFrame(columns=cols)
-    df = gens[cols].sort_values("generation")
+        return pd.DataFrame(columns=cols + ["finished_at"])
+    df = gens[cols + [c for c in ("finished_at",) if c in gens.columns]].sort_values("generation")
     bucket = _bucket(df, max_points)
     if bucket is None:
         return df.reset_index(drop=True)
+    extra = {"finished_at": ("finished_at", "last")} if "finished_at" in df else {}
     return df.groupby(bucket.values).agg(generation=("generation", "last"), best_fitness=("best_fitness", "max"),
                                          mean_fitness=("mean_fitness", "mean"),
-                                         worst_fitness=("worst_fitness", "min")).reset_index(drop=True)
+                                         worst_fitness=("worst_fitness", "min"), **extra).reset_index(drop=True)
+
+
+def best_so_far(gens: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """The fastest time and the smallest memory of any candidate up to each generation.
+
+    A generation's own best rises and falls (the population changes, elites are re-timed); the
+    chart says "best", so it shows the running minimum, which never rises.
+    """
+    cols = [c for c in ("best_time_us", "best_memory_bytes") if c in gens.columns]
+    out = series(gens, cols + [c for c in ("finished_at",) if c in gens.columns], "last", max_points=len(gens) or 1)
+    for c in cols:
+        out[c] = pd.to_numeric(out[c], errors="coerce").cummin()
+    bucket = _bucket(out, max_points)
+    return out if bucket is None else out.groupby(bucket.values).last().reset_index(drop=True)
+
+
+def champion_changes(gens: pd.DataFrame) -> pd.DataFrame:
+    """One row per generation in which the champion changed: generation, finished_at, the new
+    champion's hash, the previous one's and the best fitness then."""
+    cols = ["generation", "finished_at", "champion_hash", "previous_hash", "best_fitness"]
+    if gens.empty or "champion_hash" not in gens.columns:
+        return pd.DataFrame(columns=cols)
+    df = gens.sort_values("generation").reset_index(drop=True)
+    df = df.assign(previous_hash=df["champion_hash"].shift(1))
+    if "finished_at" not in df:
+        df["finished_at"] = float("nan")
+    changed = df[df["champion_hash"].notna() & (df["champion_hash"] != df["previous_hash"])]
+    return changed[cols].reset_index(drop=True)
 
 
 def series(gens: pd.DataFrame, columns: list[str], how: str = "last", max_points: int = MAX_POINTS) -> pd.DataFrame:
@@ -55,7 +85,7 @@ def series(gens: pd.DataFrame, columns: list[str], how: str = "last", max_points
     return df.groupby(bucket.values).agg(agg).reset_index(drop=True)
 
 
-NOISE_COLS = ["generation", "baseline_time_us", "baseline_spread_us", "baseline_rel_spread", "noisy"]
+NOISE_COLS = ["generation", "baseline_time_us", "baseline_spread_us", "baseline_rel_spread", "noisy", "finished_at"]
 
 
 def baseline_noise(gens: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataFrame:
@@ -70,8 +100,8 @@ def baseline_noise(gens: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataF
     df = df[pd.to_numeric(df["baseline_time_us"], errors="coerce").notna()].sort_values("generation")
     if df.empty:
         return pd.DataFrame(columns=NOISE_COLS)
-    for col in NOISE_COLS[1:4]:
-        df[col] = pd.to_numeric(df.get(col), errors="coerce")
+    for col in NOISE_COLS[1:4] + ["finished_at"]:
+        df[col] = pd.to_numeric(df[col], errors="coerce") if col in df else float("nan")
     df["noisy"] = df["noisy"].fillna(False).astype(bool) if "noisy" in df else False
     df = df.reset_index(drop=True)
     bucket = _bucket(df, max_points)
@@ -80,7 +110,8 @@ def baseline_noise(gens: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataF
     return df.groupby(bucket.values).agg(generation=("generation", "last"), baseline_time_us=("baseline_time_us", "mean"),
                                          baseline_spread_us=("baseline_spread_us", "max"),
                                          baseline_rel_spread=("baseline_rel_spread", "max"),
-                                         noisy=("noisy", "any")).reset_index(drop=True)
+                                         noisy=("noisy", "any"),
+                                         finished_at=("finished_at", "last")).reset_index(drop=True)
 
 
 def noise_summary(gens: pd.DataFrame) -> dict[str, Any] | None:
@@ -163,10 +194,10 @@ def progress(config: dict, gens: pd.DataFrame, heartbeat: dict | None) -> dict[s
     frac_time = min(1.0, (elapsed or 0.0) / (hours * 3600)) if hours else None
     fractions = [f for f in (frac_gen, frac_time) if f is not None]
     fraction = max(fractions) if fractions else 0.0
-    if target:
-        label = f"generation {done} of {target}"
-    else:
-        label = f"generation {done}"
+    # One convention everywhere: generations are numbered from 0, and progress counts those done.
+    label = f"{done} of {target} generations done" if target else f"{done} generations done"
+    if done:
+        label += f" (last: generation {done - 1})"
     if hours:
         label += f" · {(elapsed or 0) / 3600:.2f} of {hours:g} h"
     eta = None
@@ -246,6 +277,13 @@ def pareto_points(inds: pd.DataFrame) -> pd.DataFrame:
     df = df[df["status"] == "ok"] if "status" in df.columns else df
     df = df.dropna(subset=[c for c in ("time_us", "memory_bytes") if c in df.columns])
     return df.drop_duplicates("genome_hash").reset_index(drop=True)
+
+
+def fmt_problem(problem: Any) -> str:
+    """``m=64, n=64, k=64, float32`` for a problem dict (its text for anything else)."""
+    if not isinstance(problem, dict) or not problem:
+        return "workload defaults" if not problem else str(problem)
+    return ", ".join(str(v) if k == "dtype" else f"{k}={v}" for k, v in problem.items())
 
 
 def to_datetime(values: pd.Series) -> pd.Series:

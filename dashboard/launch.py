@@ -122,7 +122,7 @@ def run_args(cfg: RunConfig) -> list[str]:
         if f.name in _CLI_SKIP:
             continue
         value = getattr(cfg, f.name)
-        if f.name in ADVANCED_FIELDS and value == f.default:
+        if (f.name in ADVANCED_FIELDS or f.default == "") and value == f.default:
             continue  # keep the command line short; the CLI's defaults are the same fields
         args += ["--" + f.name.replace("_", "-"), str(value)]
     if cfg.problem:
@@ -134,6 +134,51 @@ def terminal_command(cfg: RunConfig, runs: Path) -> str:
     """The shell command that starts the same run as ``cfg`` from a terminal (for the Launch page)."""
     python = Path(sys.executable).name
     return shlex.join([python, "-m", "core", "run", *run_args(cfg), "--runs-dir", str(runs)])
+
+
+def relaunch_state(cfg: dict) -> dict[str, Any]:
+    """Launch-form widget values (by widget key) that reproduce a stored run configuration.
+
+    The stored values are taken as they are (the form validates them again on Start): a
+    configuration this version would refuse still fills the form, so the user can fix it there.
+    """
+    from core.config import _upgrade_legacy_weights
+
+    try:
+        raw = _upgrade_legacy_weights(dict(cfg))
+    except ConfigError:
+        raw = dict(cfg)
+    state: dict[str, Any] = {"_relaunch_device": (raw.get("backend"), int(raw.get("device") or 0))}
+    from core.workloads import WORKLOADS
+
+    if raw.get("workload") in WORKLOADS:
+        state["launch_workload"] = raw["workload"]
+    if raw.get("selection") in FIELDS["selection"].metadata["choices"]:
+        state["launch_selection"] = raw["selection"]
+    if isinstance(raw.get("problem"), dict):
+        state["launch_problem"] = json.dumps(raw["problem"], sort_keys=True)
+    for name in MAIN_FIELDS + ADVANCED_FIELDS:
+        want = type(FIELDS[name].default)
+        if name != "selection" and isinstance(raw.get(name), (int, float)) and not isinstance(raw.get(name), bool):
+            state[f"launch_{name}"] = want(raw[name])
+    weights = raw.get("weights") if isinstance(raw.get("weights"), dict) else {}
+    for spec in weight_specs():
+        if isinstance(weights.get(spec["name"]), (int, float)):
+            state[spec["key"]] = float(weights[spec["name"]])
+    return state
+
+
+def apply_relaunch(session: Any, devices: list[dict]) -> None:
+    """Move a pending ``relaunch_form`` (set by the Runs page) into the launch form's widgets, once."""
+    state = session.pop("relaunch_form", None)
+    if not state:
+        return
+    device = state.pop("_relaunch_device", None)
+    for key, value in state.items():
+        session[key] = float(value) if isinstance(value, float) else value
+    match = [d for d in devices if (d["backend"], d["index"]) == device]
+    if match:
+        session["launch_device"] = match[0]
 
 
 def stderr_log(runs: Path, run_id: str) -> Path:
@@ -165,8 +210,21 @@ def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
                                 stderr=log, start_new_session=True, close_fds=True, env=env)
 
 
-def busy_reason(runs: Path, backend: str, device: int, last_launch_at: float | None = None) -> str | None:
-    """Why a new run on ``backend:device`` must not start now, or None.
+def run_devices(cfg: RunConfig) -> list[int]:
+    """The device indices a run holds: its ``devices`` (GPU indices; CPU core sets share device 0),
+    else its one ``device``; none for a run on a Dask cluster."""
+    if cfg.cluster:
+        return []
+    if cfg.devices and cfg.backend != "c":
+        from core.backends import backend_class
+        from core.evaluation.devices import parse
+
+        return parse(cfg.devices, len(backend_class(cfg.backend).devices())) or [cfg.device]
+    return [cfg.device]
+
+
+def busy_reason(runs: Path, backend: str, device: int | list[int], last_launch_at: float | None = None) -> str | None:
+    """Why a new run on ``backend:device`` (or on each of a list of devices) must not start now, or None.
 
     Refuses a second click within a few seconds of a launch, a run this dashboard started that is
     still alive on the device, the device's lock held by any run, bench or check
@@ -175,6 +233,8 @@ def busy_reason(runs: Path, backend: str, device: int, last_launch_at: float | N
     """
     if last_launch_at is not None and time.time() - last_launch_at < DOUBLE_CLICK_S:
         return "A run was started from this page a moment ago; open Monitor to watch it."
+    if isinstance(device, list):
+        return next((r for d in device if (r := busy_reason(runs, backend, d))), None)
     with _lock:
         for key, item in _launched.items():
             if item.alive() and (item.backend, item.device) == (backend, device):

@@ -7,21 +7,31 @@ import streamlit as st
 
 from dashboard.settings import runs_dir
 
+# Material icons ship with Streamlit's own font: emoji render as empty boxes on a minimal Debian.
 PAGES = (  # (file, title, icon, url path)
-    ("pages/launch.py", "Launch", "🚀", "launch"),
-    ("pages/monitor.py", "Monitor", "📈", "monitor"),
-    ("pages/genomes.py", "Genomes", "🧬", "genomes"),
-    ("pages/benchmark.py", "Benchmark", "⏱️", "benchmark"),
-    ("pages/export.py", "Export", "📦", "export"),
-    ("pages/runs.py", "Runs", "🗂️", "runs"),
+    ("pages/launch.py", "Launch", ":material/rocket_launch:", "launch"),
+    ("pages/monitor.py", "Monitor", ":material/monitoring:", "monitor"),
+    ("pages/individuals.py", "Individuals", ":material/table_view:", "individuals"),
+    ("pages/genomes.py", "Genomes", ":material/genetics:", "genomes"),
+    ("pages/benchmark.py", "Benchmark", ":material/timer:", "benchmark"),
+    ("pages/check.py", "Check a kernel", ":material/fact_check:", "check"),
+    ("pages/export.py", "Export", ":material/package_2:", "export"),
+    ("pages/runs.py", "Runs", ":material/folder_open:", "runs"),
 )
+
+
+def _home() -> None:
+    """The root URL: Launch. Launch is not the default page itself, because Streamlit serves the
+    default page only at ``/``, so ``/launch`` would be "Page not found"."""
+    st.switch_page(PAGES[0][0], query_params=st.query_params.to_dict())
 
 
 def setup():
     """Page config, ``st.navigation`` over :data:`PAGES` and the sidebar footer; returns the current page."""
-    st.set_page_config(page_title="AbeBot", page_icon="🧬", layout="wide")
-    page = st.navigation([st.Page(path, title=title, icon=icon, url_path=url, default=i == 0)
-                          for i, (path, title, icon, url) in enumerate(PAGES)])
+    st.set_page_config(page_title="AbeBot", page_icon=":material/genetics:", layout="wide")
+    pages = [st.Page(_home, title="AbeBot", url_path="home", default=True, visibility="hidden")]
+    pages += [st.Page(path, title=title, icon=icon, url_path=url) for path, title, icon, url in PAGES]
+    page = st.navigation(pages)
     st.sidebar.caption(f"Runs folder: `{runs_dir()}`")
     return page
 

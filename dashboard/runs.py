@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dashboard.meta import load_meta
 from store.reader import RunReader
 from store.runs import list_runs, run_dir
 
@@ -21,6 +22,8 @@ def all_runs(runs: Path) -> list[dict]:
         rows = list_runs(runs)
     except FileNotFoundError:
         return []
+    for row in rows:
+        row["path"] = Path(runs) / row["run_id"]  # listed by list_runs: a folder inside ``runs``
     return sorted(rows, key=lambda r: str(r.get("created_at") or ""), reverse=True)
 
 
@@ -40,10 +43,20 @@ def reader(runs: Path, run_id: str) -> RunReader:
 
 
 def run_label(row: dict) -> str:
-    """One line for a run selector: id, workload/backend, status and generation."""
-    gen = row.get("generation")
-    gen_txt = f" · gen {gen}" if gen is not None else ""
-    return f"{row['run_id']}  ({row.get('workload', '?')}/{row.get('backend', '?')}, {row.get('status', '?')}{gen_txt})"
+    """What a run is, under its id: name, workload/backend, status and generations done."""
+    done = generations_done(row.get("generation"))
+    total = row.get("total_generations")
+    name = (load_meta(row["path"]).get("name") or "") if row.get("path") else ""
+    return (f"{name + ' · ' if name else ''}{row.get('workload', '?')}/{row.get('backend', '?')} · {row.get('status', '?')}"
+            f" · {done}{f' of {total}' if total else ''} generations done")
+
+
+def generations_done(last_generation) -> int:
+    """Generations are numbered from 0; "done" counts them: last generation 4 means 5 done."""
+    try:
+        return int(last_generation) + 1
+    except (TypeError, ValueError):
+        return 0
 
 
 def runs_table(rows: list[dict]) -> pd.DataFrame:

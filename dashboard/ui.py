@@ -11,8 +11,10 @@ from dashboard.runs import all_runs, data_signature, resolve, run_label
 from dashboard.settings import runs_dir
 from store.reader import RunReader
 
-STATUS_ICON = {"running": "🟢", "paused": "⏸️", "finished": "✅", "stopped": "⏹️", "failed": "❌", "dead": "💀",
-               "starting": "⏳"}
+# Material icons (Streamlit's own font), not emoji: emoji are empty boxes on a minimal Debian.
+STATUS_ICON = {"running": ":material/play_circle:", "paused": ":material/pause_circle:",
+               "finished": ":material/check_circle:", "stopped": ":material/stop_circle:",
+               "failed": ":material/error:", "dead": ":material/heart_broken:", "starting": ":material/hourglass_top:"}
 
 
 def pick_run(label: str = "Run") -> tuple[str, Path] | None:
@@ -37,7 +39,9 @@ def pick_run(label: str = "Run") -> tuple[str, Path] | None:
     if st.session_state.get("run_select") not in ids:
         current = st.session_state.get("current_run")
         st.session_state["run_select"] = current if current in ids else ids[0]
-    run_id = st.sidebar.selectbox(label, ids, key="run_select", format_func=lambda i: run_label(by_id[i]))
+    # The id alone fits the sidebar; the rest goes in a caption under it instead of being cut off.
+    run_id = st.sidebar.selectbox(label, ids, key="run_select")
+    st.sidebar.caption(run_label(by_id[run_id]))
     st.session_state["current_run"] = run_id
     if st.query_params.get("run") != run_id:
         st.query_params["run"] = run_id
@@ -62,7 +66,7 @@ def run_page(title: str, heading: bool = True) -> tuple[str, Path]:
 def no_runs_message() -> None:
     """What a page shows when the runs folder is empty."""
     st.info(f"No runs yet in `{runs_dir()}`. Start one on the **Launch** page.")
-    st.page_link("pages/launch.py", label="Go to Launch", icon="🚀")
+    st.page_link("pages/launch.py", label="Go to Launch", icon=":material/rocket_launch:")
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -98,5 +102,5 @@ def signature(folder: Path) -> tuple:
 
 
 def status_badge(status: str) -> str:
-    """``running`` -> ``🟢 running``."""
-    return f"{STATUS_ICON.get(status, '•')} {status}"
+    """``running`` -> ``:material/play_circle: running`` (for markdown, captions and badges)."""
+    return f"{STATUS_ICON.get(status, ':material/circle:')} {status}"

@@ -14,7 +14,7 @@ from store.reader import RunReader
 
 ui.ensure_navigation()
 
-run_id, folder = ui.run_page("⏱️ Benchmark")
+run_id, folder = ui.run_page("Benchmark")
 reader = RunReader(folder)
 base = reader.baseline()
 if not base:
@@ -29,7 +29,7 @@ def remeasure() -> None:
     item = L.launched(f"bench:{run_id}")
     if item and item.alive():
         st.info(f"Re-measuring the champion and every baseline, interleaved rounds… (started "
-                f"{data.duration(time.time() - item.started_at)} ago)", icon="⏱️")
+                f"{data.duration(time.time() - item.started_at)} ago)", icon=":material/timer:")
         return
     if item and item.process.poll() == 0 and st.session_state.get("bench_shown") != item.started_at:
         st.session_state["bench_shown"] = item.started_at  # it just finished: redraw with its figures
@@ -37,7 +37,7 @@ def remeasure() -> None:
         st.rerun(scope="app")
     if item and item.process.poll() not in (None, 0):
         st.error("The re-measurement failed: " + " ".join(L.stderr_tail(runs_dir(), run_id)[-3:]))
-    if st.button("⏱ Re-measure now", key="bench_now", disabled=champ is None,
+    if st.button("Re-measure now", icon=":material/timer:", key="bench_now", disabled=champ is None,
                  help="python -m core bench: champion and baselines side by side in one process, median of 3 rounds"):
         cfg = reader.config()
         reason = L.busy_reason(runs_dir(), str(cfg.get("backend")), int(cfg.get("device", 0)))
@@ -50,6 +50,8 @@ def remeasure() -> None:
 
 bench = load_json(folder / "bench.json")
 fresh = bool(bench and champ and bench.get("genome_hash") == champ.get("genome_hash"))
+for warning in B.bench_warnings(bench, base, champ) if fresh else []:
+    st.warning(warning, icon=":material/warning:")
 top = st.columns([3, 1])
 with top[1]:
     remeasure()
@@ -81,26 +83,32 @@ else:
     if base.get("roofline_us"):
         c[3].metric("Of the roofline", f"{base['roofline_us'] / champ['time_us'] * 100:.1f}%",
                     help="roofline time / champion time: 100% would be the hardware's limit")
+    else:
+        c[3].metric("Of the roofline", "n/a", help="No roofline: " + B.roofline_reason(base))
 left, right = st.columns([3, 2])
 left.plotly_chart(charts.benchmark_bars(df[df["kind"] != "roofline"], base.get("roofline_us")), key="bench_time",
                   config={"displaylogo": False})
 right.plotly_chart(charts.memory_bars(df[df["kind"] != "roofline"]), key="bench_memory", config={"displaylogo": False})
 first = "GFLOP/s" if B.bound(base) == "compute" else "GB/s"
+unit, scale = B.memory_unit(df)
+shown = df.drop(columns=["kind"]).assign(memory_bytes=df["memory_bytes"] / scale)  # the metrics' unit
 st.dataframe(
-    df.drop(columns=["kind"]), hide_index=True, width="stretch", key="bench_table",
+    shown, hide_index=True, width="stretch", key="bench_table",
     column_order=["name", "time_us", "spread_us", "speedup_vs_primary", "champion_speedup",
                   "gflops" if first == "GFLOP/s" else "gbps", "gbps" if first == "GFLOP/s" else "gflops", "memory_bytes"],
     column_config={
         "name": "implementation",
         "time_us": st.column_config.NumberColumn("time (µs)", format="%.2f"),
         "spread_us": st.column_config.NumberColumn("spread (µs)", format="%.2f"),
-        "memory_bytes": st.column_config.NumberColumn("memory (bytes)", format="%d"),
+        "memory_bytes": st.column_config.NumberColumn(f"memory ({unit})", format="%.2f" if scale > 1 else "%d"),
         "speedup_vs_primary": st.column_config.NumberColumn(f"speed-up vs {base.get('primary', 'primary')}", format="%.2f×"),
-        "champion_speedup": st.column_config.NumberColumn("champion is … faster", format="%.2f×"),
+        "champion_speedup": st.column_config.TextColumn("champion is … faster",
+                                                        help="this baseline's time / the champion's"),
         "gflops": st.column_config.NumberColumn("GFLOP/s", format="%.1f"),
         "gbps": st.column_config.NumberColumn("GB/s (inputs + outputs)", format="%.1f"),
     })
-st.caption(f"FLOPs per call {base.get('flops', 0):,.0f} · bytes in + out {base.get('io_bytes', 0):,} · roofline "
-           f"{data.fmt_time_us(base.get('roofline_us'))} (the fastest any kernel could be, from FLOPs and bytes).")
+roof = (f"roofline {data.fmt_time_us(base.get('roofline_us'))} (the fastest any kernel could be, from FLOPs and bytes)"
+        if base.get("roofline_us") else f"no roofline: {B.roofline_reason(base)}")
+st.caption(f"FLOPs per call {base.get('flops') or 0:,.0f} · bytes in + out {data.fmt_bytes(base.get('io_bytes'))} · {roof}.")
 if champ and base.get("roofline_us") and champ["time_us"] < base["roofline_us"]:
     st.error("The champion is faster than the roofline: that is a measurement bug, not a breakthrough.")

@@ -12,8 +12,9 @@ from store.schema import StoreError
 
 ui.ensure_navigation()
 
-run_id, folder = ui.run_page("📦 Export")
-st.caption("Each kernel comes as its own folder: the kernel source, `launch.json`, `genome.json`, `report.json` "
+run_id, folder = ui.run_page("Export")
+st.caption("A README (how to run them, and the one shape they were tuned for) and a requirements.txt come with "
+           "the kernels. Each kernel comes as its own folder: the kernel source, `launch.json`, `genome.json`, `report.json` "
            "(measurements, baseline, hardware, versions, verification record) and `run_kernel.py`, a standalone "
            "script that recompiles, re-verifies and re-times the kernel.")
 champ = RunReader(folder).champion()
@@ -27,9 +28,9 @@ which = c1.radio("What to export", list(labels), format_func=labels.get, key="ex
 k = int(c2.number_input("k", min_value=1, max_value=100, value=5, step=1, key="export_k", disabled=which == "champion",
                         help="how many kernels for top k; the most for the Pareto set"))
 d1, d2 = st.columns(2)
-d1.download_button("⬇ Download zip", data=lambda: export_zip(folder, which, k), file_name=f"{run_id}-{which}.zip",
+d1.download_button("Download zip", icon=":material/download:", data=lambda: export_zip(folder, which, k), file_name=f"{run_id}-{which}.zip",
                    mime="application/zip", type="primary", key="export_download", on_click="ignore")
-if d2.button("📁 Write to the run's exports/ folder", key="export_folder"):
+if d2.button("Write to the run's exports/ folder", icon=":material/create_new_folder:", key="export_folder"):
     out = folder / "exports" / f"{which}{'' if which == 'champion' else f'-{k}'}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         export_champions(folder, out, which, k)

@@ -9,7 +9,7 @@ from dashboard import ui
 
 ui.ensure_navigation()
 
-run_id, folder = ui.run_page("🧬 Genomes")
+run_id, folder = ui.run_page("Genomes")
 sig = ui.signature(folder)
 history = ui.history(str(folder), sig)
 if history.empty:
@@ -24,6 +24,12 @@ default_a = G.default_partner(history, chain)
 if st.session_state.get("genomes_run") != run_id:  # a new run: reset both pickers to the defaults
     st.session_state["genomes_run"] = run_id
     for side, h in (("A", default_a), ("B", default_b)):
+        st.session_state[f"gen_{side}"] = int(firsts.loc[h, "generation"])
+        st.session_state[f"ind_{side}"] = h
+wanted = (st.query_params.get("a"), st.query_params.get("b"))  # from Monitor's champion timeline
+if all(h in firsts.index for h in wanted) and st.session_state.get("genomes_pair") != wanted:
+    st.session_state["genomes_pair"] = wanted
+    for side, h in zip("AB", wanted):
         st.session_state[f"gen_{side}"] = int(firsts.loc[h, "generation"])
         st.session_state[f"ind_{side}"] = h
 

@@ -6,10 +6,11 @@ The inputs are not an ``st.form``: a form hands back its values only when submit
 from __future__ import annotations
 
 import json
+import os
 
 import streamlit as st
 
-from core.config import ConfigError
+from core.config import FIELDS, ConfigError
 from core.workloads import WORKLOADS, get_workload
 from dashboard import launch as L
 from dashboard import ui
@@ -17,16 +18,19 @@ from dashboard.devices import device_choices
 from dashboard.settings import runs_dir
 
 ui.ensure_navigation()
+FIELDS_HELP = {name: FIELDS[name].metadata["help"] for name in ("devices", "cluster")}
 
-st.title("🚀 Launch a run")
+st.title("Launch a run")
 st.caption("Evolve a kernel with a genetic algorithm. The run is a separate process: closing this tab or "
            "restarting the dashboard does not stop it.")
 
 runs = runs_dir()
 devices, unavailable = device_choices()
+L.apply_relaunch(st.session_state, devices)  # "launch again with these settings" from the Runs page
 left, right = st.columns(2)
-workload_name = left.selectbox("Workload", list(WORKLOADS), key="launch_workload",
-                               format_func=lambda w: f"{w} — {get_workload(w).description}")
+# The name alone fits the box; the description goes underneath instead of being cut off.
+workload_name = left.selectbox("Workload", list(WORKLOADS), key="launch_workload")
+left.caption(get_workload(workload_name).description)
 device = right.selectbox("Target device", devices, key="launch_device", format_func=lambda d: d["label"],
                          help="Every device of every backend that can run here; the CPU (backend c) always can.")
 if unavailable:
@@ -58,8 +62,22 @@ def weight(container, spec: dict) -> float:
                                   help=spec["help"] + " (min 0)", key=spec["key"])
 
 
+same_backend = [d for d in devices if d["backend"] == device["backend"]]
+if len(same_backend) > 1:  # several GPUs of this backend: spread the evaluations over some or all of them
+    spread = right.multiselect("Evaluate on", same_backend, default=[device], key="launch_devices",
+                               format_func=lambda d: f"{d['backend']}:{d['index']}",
+                               help=FIELDS_HELP["devices"])
+    device_list = ",".join(str(d["index"]) for d in spread) if len(spread) > 1 else ""
+elif device["backend"] == "c":  # the CPU: its cores split into disjoint core sets, one sandbox each
+    sets = right.number_input("CPU core sets", min_value=1, max_value=max(1, os.cpu_count() or 1), value=1, step=1,
+                              key="launch_core_sets", help=FIELDS_HELP["devices"])
+    device_list = ",".join(str(i) for i in range(int(sets))) if sets > 1 else ""
+else:
+    device_list = ""
+
 with st.container(border=True):
-    values: dict = {"workload": workload_name, "backend": device["backend"], "device": device["index"]}
+    values: dict = {"workload": workload_name, "backend": device["backend"], "device": device["index"],
+                    "devices": device_list}
     c1, c2, c3, c4 = st.columns(4)
     values["population"] = number(c1, "population")
     values["generations"] = number(c2, "generations")
@@ -81,17 +99,19 @@ with st.container(border=True):
         cols = st.columns(3)
         for i, name in enumerate(L.ADVANCED_FIELDS):
             values[name] = number(cols[i % 3], name)
+        values["cluster"] = st.text_input("Dask cluster", key="launch_cluster", placeholder="tcp://scheduler:8786 or local:2",
+                                          help=FIELDS_HELP["cluster"]).strip()
     submitted = st.button("Start run", type="primary", key="launch_start")
 
 if submitted:
     try:
         cfg = L.build_config(values)
     except ConfigError as exc:
-        st.error(f"Cannot start: {exc}", icon="⚠️")
+        st.error(f"Cannot start: {exc}", icon=":material/warning:")
         st.stop()
-    reason = L.busy_reason(runs, cfg.backend, cfg.device, st.session_state.get("last_launch_at"))
+    reason = L.busy_reason(runs, cfg.backend, L.run_devices(cfg), st.session_state.get("last_launch_at"))
     if reason:
-        st.warning(reason, icon="⛔")
+        st.warning(reason, icon=":material/block:")
         st.stop()
     item = L.launch_run(cfg, runs)
     st.session_state["last_launch_at"] = item.started_at

@@ -1,8 +1,29 @@
 #!/usr/bin/env bash
 # Install AbeBot's requirements and start the dashboard on http://127.0.0.1:8501 (localhost only).
+# The CPU backend compiles kernels with the system C compiler and OpenMP: without root this script
+# only says how to install one; as root it installs gcc with apt-get (Debian, Ubuntu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+has_openmp_cc() {
+  local tmp; tmp=$(mktemp -d)
+  printf '#include <omp.h>\nint main(void){return omp_get_max_threads() > 0 ? 0 : 1;}\n' > "$tmp/t.c"
+  local ok=1
+  for cc in cc gcc; do
+    if command -v "$cc" >/dev/null 2>&1 && "$cc" -fopenmp "$tmp/t.c" -o "$tmp/t" >/dev/null 2>&1; then ok=0; break; fi
+  done
+  rm -rf "$tmp"
+  return $ok
+}
+if ! has_openmp_cc; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq gcc >/dev/null
+  else
+    echo "dashboard.sh: the CPU backend needs a C compiler with OpenMP; install one first," >&2
+    echo "  e.g. sudo apt-get install gcc   (Debian/Ubuntu)" >&2
+    exit 1
+  fi
+fi
 "$PY" -m pip install -q --disable-pip-version-check -r requirements.txt
 export ABEBOT_RUNS_DIR=${ABEBOT_RUNS_DIR:-$PWD/runs}
 mkdir -p "$ABEBOT_RUNS_DIR"

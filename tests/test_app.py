@@ -7,6 +7,7 @@ draw charts: tests/test_browser.py covers that). Runs are built with the real st
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -191,6 +192,19 @@ def test_the_terminal_command_follows_the_form_before_it_is_submitted(runs):
     assert run_folders(runs) == []
 
 
+def test_the_form_spreads_a_cpu_run_over_core_sets_and_names_a_cluster(runs):
+    at = app()
+    at.number_input(key="launch_core_sets").set_value(2).run()
+    command = next(c.value for c in at.code if " -m core run " in c.value)
+    assert "--devices 0,1" in command
+    at.number_input(key="launch_core_sets").set_value(1).run()
+    at.text_input(key="launch_cluster").set_value("local:2").run()
+    command = next(c.value for c in at.code if " -m core run " in c.value)
+    assert "--cluster local:2" in command and "--devices" not in command
+    at.text_input(key="launch_cluster").set_value("http://x; rm").run()
+    assert not any(" -m core run " in c.value for c in at.code)  # invalid: "fix the form first"
+
+
 def test_dashboard_launch_passes_the_config_file_once(runs, monkeypatch):
     calls = {}
 
@@ -254,7 +268,7 @@ def test_every_page_renders_a_populated_run(populated, page):
 
 def test_monitor_shows_progress_and_status(populated):
     at = app("monitor")
-    assert metric(at, "Generation") == "6 / 6"
+    assert metric(at, "Generations done") == "6 / 6"
     assert "finished" in metric(at, "Status")
     assert float(metric(at, "Best fitness")) > 0
     assert not any(b.label.endswith("Pause") for b in at.button)  # a finished run has no controls
@@ -375,7 +389,7 @@ def test_monitor_of_a_run_that_is_still_starting(runs):
                                                "population": 4})
     at = app("monitor")
     assert "starting" in metric(at, "Status")
-    assert metric(at, "Generation") == "0 / 5"
+    assert metric(at, "Generations done") == "0 / 5"
     for page in ("genomes", "benchmark", "export"):
         at = app(page)
         assert at.info, page  # "nothing yet" messages, no errors
@@ -481,6 +495,352 @@ def test_monitor_shows_the_baseline_noise_and_marks_noisy_generations(runs):
     assert list(xs) == [1, 2]
 
 
+def test_monitor_shows_each_devices_share_baseline_and_health(runs):
+    from store.runs import new_run_id
+    from store.writer import RunWriter
+
+    config = {"workload": "gemm", "backend": "c", "device": 0, "devices": "0,1", "population": 4, "generations": 1,
+              "problem": {"m": 64, "n": 64, "k": 64}}
+    w = RunWriter.create(runs, new_run_id("gemm", "c"), config)
+    try:
+        rows = [{"genome_hash": f"h{i}", "genome": {"parallel_config": {"tile": i}}, "origin": "random",
+                 "status": "crashed" if i == 3 else "ok", "fitness": 0.5, "time_us": 50.0, "memory_bytes": 1000,
+                 "stability": 1.0, "pareto_rank": 0, "device": "c:0" if i == 0 else "c:1", "device_time_us": 50.0}
+                for i in range(4)]
+        summary = {"best_fitness": 0.5, "mean_fitness": 0.5, "worst_fitness": 0.5, "n_evaluated": 4, "n_lethal": 1,
+                   "best_time_us": 50.0, "best_memory_bytes": 1000, "champion_hash": "h0", "baseline_time_us": 100.0,
+                   "baseline_devices": json.dumps({"c:0": 100.0, "c:1": 120.0})}
+        w.commit_generation(0, rows, [], summary, {"rng": []})
+        w.set_status("finished")
+    finally:
+        w.close()
+    at = app("monitor")
+    table = next(df.value for df in at.dataframe if "share" in df.value.columns)
+    assert table.to_dict("list") == {"device": ["c:0", "c:1"], "evaluations": [1, 3], "share": ["25 %", "75 %"],
+                                     "latest baseline": ["100.0 µs", "120.0 µs"], "health": ["ok", "1 crashed or timed out"]}
+
+
 def test_a_run_from_before_retiming_shows_no_noise(populated):
     at = app("monitor")
     assert metric(at, "Baseline noise") == "—"
+
+
+# -- issue 11, part A: the walk-through's defects ---------------------------------------------------
+def figure(at: AppTest, key_text: str) -> dict:
+    return next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if key_text in c.proto.spec)
+
+
+def decoded(values):
+    if isinstance(values, dict):  # Plotly 6+ sends arrays base64-encoded
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
+
+
+def test_compare_shows_a_one_generation_run_and_fits_the_y_axis(runs):
+    build_run(runs, generations=1, population=4, seed=2)
+    at = app("runs")
+    fig = figure(at, "Best fitness per run")
+    trace = fig["data"][0]
+    assert "markers" in trace["mode"]
+    top = max(decoded(trace["y"]))
+    assert fig["layout"]["yaxis"]["range"] == pytest.approx([0, top * 1.1])
+    caption = texts(at)
+    assert "how far each got past its baseline, not in absolute time" not in caption
+    assert "not comparable" in caption
+
+
+def test_benchmark_table_has_no_self_speedup_no_none_and_the_metrics_unit(runs):
+    run_id = build_run(runs, generations=2, population=4)
+    at = app("benchmark")
+    table = at.dataframe[0].value
+    champion = table[table["name"] == "evolved champion"].iloc[0]
+    assert champion["champion_speedup"] == ""  # not "1.00×"
+    assert all(v.endswith("×") for v in table[~table["name"].isin(["evolved champion", "roofline"])]["champion_speedup"])
+    assert "None" not in table.astype(str).to_string()
+    base_mem = 3 * 64 * 64 * 4  # the synthetic baseline: 48 KiB, shown in KiB in the metrics too
+    assert table[table["name"] == "numpy (primary)"]["memory_bytes"].iloc[0] == pytest.approx(base_mem / 1024)
+    bars = figure(at, "Time per implementation")["data"][0]
+    assert bars["textposition"] == "inside" and bars["insidetextanchor"] == "start"
+    # Without a roofline: say why instead of a bare dash.
+    base = json.loads((runs / run_id / "live" / "baseline.json").read_text())
+    atomic_write_json(runs / run_id / "live" / "baseline.json", {**base, "roofline_us": None})
+    at = app("benchmark")
+    assert metric(at, "Of the roofline") == "n/a"
+    assert "no roofline:" in texts(at)
+
+
+def test_benchmark_before_any_champion_shows_no_none(runs):
+    from store.runs import new_run_id
+    from store.writer import RunWriter
+
+    w = RunWriter.create(runs, new_run_id("gemm", "c"), {"workload": "gemm", "backend": "c", "generations": 2})
+    w.set_baseline({"primary": "numpy", "time_us": 100.0, "memory_bytes": 1000, "flops": 1e6, "io_bytes": 1000,
+                    "baselines": {"numpy": {"time_us": 100.0, "spread_us": None, "memory_bytes": 1000}}})
+    w.close()
+    at = app("benchmark")
+    assert "None" not in at.dataframe[0].value.astype(str).to_string()
+
+
+def test_best_time_and_memory_are_best_so_far_on_a_round_axis(populated):
+    at = app("monitor")
+    fig = figure(at, "Best time and memory so far")
+    for name in ("best time so far", "least memory so far"):
+        ys = decoded(next(t for t in fig["data"] if t.get("name", "").startswith(name))["y"])
+        assert all(b <= a for a, b in zip(ys, ys[1:])), (name, ys)
+    assert fig["layout"]["yaxis2"]["rangemode"] == "tozero"
+
+
+def test_pareto_is_padded_has_no_useless_colour_bar_and_round_log_ticks():
+    import pandas as pd
+
+    from dashboard import charts
+
+    pts = pd.DataFrame({"genome_hash": list("abc"), "time_us": [10.0, 30.0, 900.0], "fitness": [1.0, 0.5, 0.1],
+                        "memory_bytes": [2**20, 2**20 + 10_000, 2**20 + 30_000], "stability": [1.0, 1.0, 1.0],
+                        "pareto_rank": [0, 1, 2]})
+    fig = charts.pareto(pts, 3).to_plotly_json()
+    assert "colorbar" not in fig["data"][0]["marker"]  # every point has the same stability
+    lo, hi = fig["layout"]["yaxis"]["range"]
+    mem = pts["memory_bytes"] / 2**10  # KiB
+    assert lo < mem.min() and hi > mem.max()  # nothing clipped at an edge
+    assert (hi - lo) >= 0.1 * mem.mean()  # 29 KiB on 1 MiB is not drawn as a big difference
+    ticks = fig["layout"]["xaxis"]["tickvals"]
+    assert fig["layout"]["xaxis"]["type"] == "log" and set(ticks) <= {10, 20, 50, 100, 200, 500, 1000}
+    varied = charts.pareto(pts.assign(stability=[1.0, 0.5, 0.2]), 3).to_plotly_json()
+    assert "colorbar" in varied["data"][0]["marker"]
+
+
+def test_generations_are_counted_one_way_everywhere(populated, capsys):
+    from core.cli import main
+
+    runs, run_id = populated  # 6 generations, numbered 0..5
+    at = app("monitor")
+    assert metric(at, "Generations done") == "6 / 6"
+    assert "6 of 6 generations done (last: generation 5)" in at.get("progress")[0].proto.text
+    at = app("runs")
+    assert at.dataframe[0].value.set_index("run_id").loc[run_id, "done"] == "6 / 6"
+    assert "6 of 6 generations done" in at.sidebar.caption[-1].value if at.sidebar.caption else True
+    assert main(["runs", "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert " done " in out.splitlines()[0] and "6/6" in out
+
+
+def test_population_below_elites_says_what_to_do_and_finished_runs_are_not_resumed(populated, capsys):
+    from core.cli import build_parser, main
+
+    runs, run_id = populated
+    assert main(["run", "--population", "2", "--generations", "1", "--runs-dir", str(runs)]) == 2
+    assert "raise the population to 3" in capsys.readouterr().err
+    run_help = next(a for a in build_parser()._subparsers._group_actions[0].choices["run"]._actions
+                    if "--population" in a.option_strings).help
+    assert "elites" in run_help
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (runs / run_id).rglob("*"))
+    assert main(["resume", run_id, "--runs-dir", str(runs)]) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (runs / run_id).rglob("*")) == before  # nothing re-measured
+
+
+def test_runs_page_opens_monitor_in_the_same_session(populated):
+    runs, run_id = populated
+    at = app("runs")
+    assert "open" not in at.dataframe[0].value.columns  # no link column opening a new tab
+    at.button(key="open_monitor").click().run()
+    assert not at.exception
+    assert metric(at, "Generations done") == "6 / 6"  # now on Monitor, same AppTest session
+
+
+def test_labels_fit_and_the_configuration_reads_as_text(populated):
+    runs, run_id = populated
+    at = app("monitor")
+    assert at.selectbox(key="run_select").options == [run_id]  # the id alone; details go in a caption
+    caption = at.caption[0].value
+    assert "m=64" in caption and "float32" in caption and "{" not in caption and "'" not in caption
+    at = app("launch")
+    assert at.selectbox(key="launch_workload").options[0] == "gemm"
+
+
+EMOJI = re.compile("[\U0001F000-\U0001FFFF\u2300-\u23FF\u2600-\u27BF\u2B00-\u2BFF\uFE0F]")
+
+
+@pytest.mark.parametrize("page", ["launch", "monitor", "individuals", "genomes", "benchmark", "check", "export", "runs"])
+def test_no_emoji_anywhere(populated, page):
+    from dashboard.nav import PAGES
+
+    assert not any(EMOJI.search(icon) for _, _, icon, _ in PAGES)
+    at = app(page)
+    shown = texts(at) + " ".join(str(b.label) for b in at.button) + " ".join(str(m.value) for m in at.metric)
+    shown += " ".join(str(e.proto) for e in at.get("alert")) if hasattr(at, "get") else ""
+    assert not EMOJI.search(shown), EMOJI.findall(shown)
+
+
+def test_the_exported_zip_has_a_readme_requirements_and_the_shape_warning(populated):
+    import io
+    import zipfile
+
+    from core.export import export_zip
+
+    runs, run_id = populated
+    names = zipfile.ZipFile(io.BytesIO(export_zip(runs / run_id))).namelist()
+    z = zipfile.ZipFile(io.BytesIO(export_zip(runs / run_id)))
+    readme = z.read(next(n for n in names if n.endswith("/README.md") and n.count("/") == 1)).decode()
+    reqs = z.read(next(n for n in names if n.endswith("/requirements.txt"))).decode()
+    assert "Tuned for one shape" in readme and "m=64" in readme and "run_kernel.py --problem" in readme
+    assert "numpy==" in reqs and "OpenMP" in reqs
+
+
+def test_resume_while_paused_does_not_promise_the_end_of_a_generation(runs, live_run):
+    hb = read_json(runs / live_run / "heartbeat.json")
+    atomic_write_json(runs / live_run / "heartbeat.json", {**hb, "status": "paused"})
+    at = app("monitor")
+    at.button(key="ctl_resume").click().run()
+    shown = texts(at)
+    assert "within a second or two" in shown and "end of the current generation" not in shown
+
+
+# -- issue 11, part B: what Optuna and W&B users expect ----------------------------------------------
+def test_individuals_table_filters_sorts_and_exports(populated):
+    import io
+
+    import pandas as pd
+
+    from store.queries import IndividualsTable
+
+    runs, run_id = populated
+    table = IndividualsTable(runs / run_id)
+    assert table.rows == 6 * 8
+    assert "gene.parallel_config.tile_m" in table.genes and "time_term" in table.columns
+    ok = table.query({"status": ["ok"]}, sort="time_us", descending=False, limit=None)
+    assert (ok["status"] == "ok").all() and list(ok["time_us"]) == sorted(ok["time_us"])
+    tile = table.distinct("gene.parallel_config.tile_m")[0]
+    only = table.query({"in": {"gene.parallel_config.tile_m": [tile]}, "generation": (2, 3)}, limit=None)
+    assert len(only) == table.count({"in": {"gene.parallel_config.tile_m": [tile]}, "generation": (2, 3)}) > 0
+    assert set(only["gene.parallel_config.tile_m"]) == {tile} and set(only["generation"]) <= {2, 3}
+    assert len(pd.read_csv(io.BytesIO(table.export({"status": ["ok"]}, "csv")))) == len(ok)
+    assert len(pd.read_parquet(io.BytesIO(table.export(None, "parquet")))) == 48
+    latest = table.latest_sample(None, ["generation", "fitness"], 1000)
+    assert latest["genome_hash"].is_unique and len(latest) == table.query(limit=None)["genome_hash"].nunique()
+    assert len(table.latest_sample(None, ["fitness"], 5)) == 5
+    with pytest.raises(ValueError):
+        table.query(sort="fitness; DROP TABLE t")
+
+
+def test_individuals_page_shows_a_selected_kernel_and_gene_importance(populated):
+    at = app("individuals")
+    assert "48 of 48 individuals match" in texts(at)
+    at.multiselect(key="ind_status").set_value(["ok"]).run()
+    shown = at.dataframe(key="ind_table").value
+    assert (shown["status"] == "ok").all() and len(shown) < 48
+    assert [d.label for d in at.get("download_button")] == ["CSV", "Parquet"]
+    assert any("Gene importance" in c.proto.spec for c in at.get("plotly_chart"))
+    assert any('"parcoords"' in c.proto.spec for c in at.get("plotly_chart"))
+
+
+def test_gene_importance_finds_the_gene_that_decides_fitness():
+    import numpy as np
+    import pandas as pd
+
+    from dashboard.importance import gene_importance
+
+    rng = np.random.default_rng(0)
+    n = 400
+    frame = pd.DataFrame({"genome_hash": [f"h{i}" for i in range(n)],
+                          "gene.a": rng.choice(["8", "16", "32"], n), "gene.b": rng.choice(["x", "y"], n),
+                          "gene.c": rng.choice(["p", "q", "r", "s"], n)})
+    frame["fitness"] = frame["gene.a"].map({"8": 0.2, "16": 1.0, "32": 0.5}) + rng.normal(0, 0.02, n)
+    imp = gene_importance(frame, ["gene.a", "gene.b", "gene.c"])
+    assert imp["gene"].iloc[0] == "gene.a" and imp["importance"].iloc[0] > 10 * max(imp["importance"].iloc[1:].max(), 0.01)
+    assert imp["r2"].iloc[0] > 0.9
+
+
+def test_noisy_generation_badge_and_benchmark_disagreement():
+    import pandas as pd
+
+    from dashboard.benchmark import bench_warnings
+    from dashboard.live import noisy_badge
+
+    gens = pd.DataFrame({"generation": [0, 1], "noisy": [False, True], "baseline_rel_spread": [0.01, 0.2]})
+    assert noisy_badge(gens, 0) is None and "noisy (baseline spread ±20.0 %)" in noisy_badge(gens, 1)
+    bench = {"genome_hash": "h", "primary": "numpy", "champion": {"time_us": 10.0, "rounds_us": [10.0, 10.1, 14.0]},
+             "baselines": {"numpy": {"time_us": 20.0, "rounds_us": [20.0, 20.1, 20.2]}}}
+    warnings = bench_warnings(bench, {"time_us": 30.0}, {"genome_hash": "h", "time_us": 10.0})
+    assert any("rounds disagree for the champion" in w for w in warnings)
+    assert any("disagrees with the run's own figures (3.00×)" in w for w in warnings)
+    calm = {**bench, "champion": {"time_us": 10.0, "rounds_us": [10.0, 10.1, 10.2]}}
+    assert bench_warnings(calm, {"time_us": 20.5}, {"genome_hash": "h", "time_us": 10.0}) == []
+
+
+def test_champion_timeline_opens_the_diff_in_genomes(populated):
+    at = app("monitor")
+    assert "Champion changes" in texts(at)
+    change = at.selectbox(key="timeline_pick")
+    assert change.options
+    at.button(key="timeline_open").click().run()
+    assert not at.exception
+    a, b = at.selectbox(key="ind_A").value, at.selectbox(key="ind_B").value
+    assert a != b and any(c.language == "diff" for c in at.code)
+
+
+def test_monitor_log_tail_wall_clock_axis_and_machine_load(runs, live_run):
+    with open(runs / live_run / "worker.log", "a") as log:
+        log.write("gen 2/3 best 1.0 the newest line\n")
+    at = app("monitor")
+    assert any("the newest line" in c.value for c in at.code)
+    assert "cores" in metric(at, "Machine load")
+    at.toggle(key="x_wall").set_value(True).run()
+    assert figure(at, "Fitness per generation")["layout"]["xaxis"]["title"]["text"] == "wall-clock time (UTC)"
+
+
+def test_runs_name_notes_filter_relaunch_archive_delete(runs):
+    first = build_run(runs, generations=2, population=4, seed=1)
+    second = build_run(runs, generations=2, population=5, seed=2, workload="rmsnorm")
+    at = app("runs")
+    assert {"population", "selection", "weights", "problem", "device", "baseline"} <= set(at.dataframe[0].value.columns)
+    at.multiselect(key="runs_workload").set_value(["rmsnorm"]).run()
+    assert list(at.dataframe[0].value["run_id"]) == [second]
+    at.multiselect(key="runs_workload").set_value([]).run()
+    at.selectbox(key="runs_pick").set_value(first).run()
+    at.text_input(key=f"meta_name_{first}").input("tile sweep")
+    at.text_area(key=f"meta_notes_{first}").input("quiet machine")
+    at.button[[b.label for b in at.button].index("Save name and notes")].click().run()
+    assert json.loads((runs / first / "meta.json").read_text()) == {"name": "tile sweep", "notes": "quiet machine"}
+    assert at.dataframe[0].value.set_index("run_id").loc[first, "name"] == "tile sweep"
+    at.multiselect(key="compare_runs").set_value([first, second]).run()
+    diff = at.dataframe[-1].value
+    assert diff.set_index("setting").loc["population", "differs"]
+    # Archive needs the confirmation; then the run leaves the list but keeps its files.
+    assert at.button(key="archive_run").disabled
+    at.checkbox(key=f"confirm_{first}").check().run()
+    at.button(key="archive_run").click().run()
+    assert not (runs / first).exists() and (runs / ".archive" / first / "config.json").exists()
+    at.selectbox(key="runs_pick").set_value(second).run()
+    at.button(key="relaunch").click().run()
+    assert at.number_input(key="launch_population").value == 5 and at.selectbox(key="launch_workload").value == "rmsnorm"
+
+
+def test_a_live_run_cannot_be_archived_or_deleted(runs, live_run):
+    at = app("runs")
+    assert any("stop it on Monitor first" in i.value for i in at.info)
+    assert at.button(key="delete_run").disabled and at.button(key="archive_run").disabled
+    from dashboard import manage
+
+    assert manage.live_reason(runs, live_run)
+
+
+def test_check_page_runs_core_check_under_the_device_lock(runs):
+    from core.devicelock import hold_device
+
+    source = (ROOT / "tests" / "cheats" / "gemm_write_after_output.c").read_bytes()
+    at = app("check")
+    at.file_uploader(key="check_file").upload("mine.c", source, "text/x-c").run()
+    at.text_input(key="check_problem").input('{"m": 64, "n": 64, "k": 64}').run()
+    at.button(key="check_run").click().run(timeout=120)
+    assert any("wrong_result" in e.value for e in at.error), [e.value for e in at.error]
+    assert "max_abs_err" in at.dataframe[0].value.columns
+    assert (runs / ".check").is_dir() and not list((runs / ".check").iterdir())  # inside the runs folder, cleaned up
+    with hold_device(runs, "c", 0, "test holder"):
+        at.button(key="check_run").click().run(timeout=120)
+    assert any("test holder" in e.value for e in at.error), [e.value for e in at.error]

@@ -97,7 +97,7 @@ def metric(page, label: str):
 
 
 def generations_shown(page) -> int:
-    text = metric(page, "Generation").inner_text(timeout=10_000)
+    text = metric(page, "Generations done").inner_text(timeout=10_000)
     m = re.match(r"\s*(\d+)", text)
     return int(m.group(1)) if m else -1
 
@@ -131,6 +131,15 @@ def click_until(page, button: str, status: str, timeout_s: float = 90) -> None:
     raise AssertionError(f"the run never became {status}")
 
 
+TRUNCATED_JS = """(sel) => [...document.querySelectorAll(sel)].flatMap(e => [e, ...e.querySelectorAll('*')])
+    .filter(e => e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)"""
+
+
+def truncated(page, selector: str) -> list[str]:
+    """Texts under ``selector`` that are cut off (wider than their box)."""
+    return page.evaluate(TRUNCATED_JS, selector)
+
+
 def test_launch_watch_pause_stop_diff_export(server, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -138,9 +147,13 @@ def test_launch_watch_pause_stop_diff_export(server, tmp_path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+            # 1280 px: the narrowest width the walk-through found metrics cut off at.
+            page = browser.new_page(viewport={"width": 1280, "height": 1000}, accept_downloads=True)
             page.set_default_timeout(30_000)
             page.goto(url + "/launch")
+            page.get_by_role("button", name="Start run").wait_for()
+            assert page.get_by_text("Page not found").count() == 0  # /launch is a page, not the default's alias
+            assert not truncated(page, '[data-testid="stSelectbox"]'), truncated(page, '[data-testid="stSelectbox"]')
             page.get_by_role("spinbutton", name="Population").fill("4")
             page.get_by_role("spinbutton", name="Generations").fill(str(GENERATIONS))
             page.get_by_role("textbox", name="Problem (JSON)").fill('{"m": 64, "n": 64, "k": 64}')
@@ -163,6 +176,12 @@ def test_launch_watch_pause_stop_diff_export(server, tmp_path):
             points = page.evaluate("() => { const g = document.querySelector('.js-plotly-plot');"
                                    " return g && g.calcdata ? g.calcdata[1].length : -1 }")
             assert points >= later, points
+
+            # Headline metrics and the run picker are not cut off at 1280 px.
+            page.get_by_text("Live log").click()
+            page.get_by_text(re.compile(r"gen \d+/")).first.wait_for()  # the live log tail shows worker.log
+            assert not truncated(page, '[data-testid="stMetricValue"]'), truncated(page, '[data-testid="stMetricValue"]')
+            assert not truncated(page, '[data-testid="stSidebar"] [data-testid="stSelectbox"]')
 
             # Pause, then stop: the worker obeys between generations.
             click_until(page, "Pause", "paused")
@@ -190,5 +209,14 @@ def test_launch_watch_pause_stop_diff_export(server, tmp_path):
             report = json.loads(zipfile.ZipFile(target).read(next(n for n in names if n.endswith("report.json"))))
             assert report["run_id"] == run_id and report["verification"]["status"] == "ok"
             page.screenshot(path=str(tmp_path / "export.png"))
+
+            # The new views on the real run: the individuals table, and Runs opening Monitor in this tab.
+            page.get_by_role("link", name="Individuals").click()
+            page.get_by_text(re.compile(r"\d+ of \d+ individuals match")).wait_for()
+            page.get_by_role("link", name="Runs").click()
+            page.get_by_role("button", name="Open in Monitor").click()
+            page.wait_for_url(re.compile(r".*/monitor\?run=" + run_id))
+            metric(page, "Generations done").wait_for()
+            assert len(page.context.pages) == 1  # same tab, same session
         finally:
             browser.close()

@@ -1,0 +1,108 @@
+"""Pieces of the Monitor page: the configuration caption, control feedback, the machine's load,
+the noisy badge and the champion timeline."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import data
+from dashboard.meta import load_meta
+from dashboard.settings import LIVE_STATUSES
+
+
+def config_caption(cfg: dict, folder: Path | None = None) -> str:
+    """One readable line for a run configuration (never a Python dict repr)."""
+    name = load_meta(folder)["name"] if folder else ""
+    return (f"{name + ' · ' if name else ''}{cfg.get('workload', '?')} on {cfg.get('backend', '?')}:"
+            f"{cfg.get('device', 0)} · population {cfg.get('population', '?')} · selection "
+            f"{cfg.get('selection', '?')} · weights {data.fmt_weights(cfg)} · problem "
+            f"{data.fmt_problem(cfg.get('problem'))}")
+
+
+def control_message(pending: str | None, status: str) -> str | None:
+    """What a requested pause / resume / stop is waiting for, or None once the run obeys it.
+
+    A running worker reads control.json between generations; a paused one polls it every half
+    second, so resume and stop act at once while paused.
+    """
+    expected = {"pause": "paused", "resume": "running", "stop": "stopped"}
+    if not pending or status not in LIVE_STATUSES or expected.get(pending) == status:
+        return None
+    if status == "paused":
+        return f"**{pending}** requested — the paused worker picks it up within a second or two."
+    return f"**{pending}** requested — the worker obeys at the end of the current generation."
+
+
+def machine_load() -> dict:
+    """This machine's 1-minute load average against its CPU count (the dashboard runs beside the
+    worker; another machine's load is not visible from here)."""
+    try:
+        one, _, _ = os.getloadavg()
+    except OSError:
+        return {"value": "—", "help": "load average not available on this system"}
+    cores = os.cpu_count() or 1
+    return {"value": f"{one:.1f} / {cores} cores",
+            "help": "1-minute load average of the machine this dashboard runs on, against its CPU cores. "
+                    "Above the core count, timings are disturbed by other work."}
+
+
+def noisy_badge(gens: pd.DataFrame, generation: int) -> str | None:
+    """Badge text for a generation flagged noisy (its baseline spread too wide), else None."""
+    if "noisy" not in gens.columns:
+        return None
+    row = gens[gens["generation"] == generation]
+    if row.empty or not bool(row["noisy"].fillna(False).iloc[0]):
+        return None
+    rel = pd.to_numeric(row.get("baseline_rel_spread"), errors="coerce").iloc[0]
+    spread = f" (baseline spread ±{100 * rel:.1f} %)" if rel == rel else ""
+    return f"Generation {generation} is noisy{spread}: its speed ratios are not to be trusted"
+
+
+def champion_timeline(run_id: str, changes: pd.DataFrame) -> None:
+    """Every change of champion, newest first, and a button to open one change's genome diff."""
+    st.subheader("Champion changes")
+    if changes.empty:
+        st.caption("No champion yet.")
+        return
+    shown = changes.iloc[::-1].head(200).copy()
+    shown["committed"] = data.to_datetime(shown["finished_at"])
+    st.dataframe(shown[["generation", "committed", "champion_hash", "previous_hash", "best_fitness"]],
+                 hide_index=True, width="stretch", key="champion_changes", height=min(38 + 35 * len(shown), 300),
+                 column_config={"best_fitness": st.column_config.NumberColumn("best fitness", format="%.4f"),
+                                "committed": st.column_config.DatetimeColumn("committed (UTC)",
+                                                                             format="YYYY-MM-DD HH:mm:ss")})
+    with_parent = shown[shown["previous_hash"].notna()]
+    if with_parent.empty:
+        return
+    c1, c2 = st.columns([3, 1])
+    labels = {int(g): f"generation {g}: {a} → {b}" for g, a, b in
+              zip(with_parent["generation"], with_parent["previous_hash"], with_parent["champion_hash"])}
+    gen = c1.selectbox("Change", list(labels), key="timeline_pick", format_func=labels.get)
+    row = with_parent[with_parent["generation"] == gen].iloc[0]
+    if c2.button("Open the diff in Genomes", icon=":material/difference:", key="timeline_open"):
+        st.switch_page("pages/genomes.py", query_params={"run": run_id, "a": row["previous_hash"],
+                                                         "b": row["champion_hash"]})
+
+
+def devices_panel(folder: Path, gens: pd.DataFrame) -> None:
+    """Each device's share of the evaluations, its latest baseline and its health (a run on several
+    devices or a Dask cluster)."""
+    import json
+
+    from store.queries import device_summary
+
+    table = device_summary(folder)
+    if len(table) < 2:
+        return
+    latest: dict = {}
+    if "baseline_devices" in gens and gens["baseline_devices"].notna().any():
+        latest = json.loads(gens["baseline_devices"].dropna().iloc[-1])
+    table["latest baseline"] = table["device"].map(lambda d: data.fmt_time_us(latest.get(d)))
+    table["share"] = table["share"].map(lambda s: f"{100 * s:.0f} %")
+    table["health"] = table["crashed_or_timeout"].map(lambda n: "ok" if n == 0 else f"{n} crashed or timed out")
+    st.markdown("**Devices**: each device's share of the new evaluations, its baseline in the latest generation "
+                "(a candidate's time term uses its own device's baseline), and its health")
+    st.dataframe(table.drop(columns=["crashed_or_timeout"]), hide_index=True, width="stretch")

@@ -1,0 +1,84 @@
+"""The Runs page's data and actions: configuration columns, configuration diff, archive, delete.
+
+Every action takes a run id that :func:`store.runs.run_dir` resolves inside the runs folder and
+refuses a run that is live (running, paused, starting, or a worker this dashboard started).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from dashboard import data
+from dashboard.meta import load_meta
+from dashboard.runs import generations_done, load_json
+from dashboard.settings import LIVE_STATUSES
+from store.runs import effective_status, run_dir
+
+ARCHIVE = ".archive"  # a dot folder: list_runs never lists it
+
+
+def table(rows: list[dict]) -> pd.DataFrame:
+    """One row per run: name, status, progress, best fitness and the configuration's main settings."""
+    out = []
+    for r in rows:
+        folder = Path(r["path"])
+        cfg = load_json(folder / "config.json") or {}
+        base = load_json(folder / "live" / "baseline.json") or {}
+        out.append({
+            "run_id": r["run_id"], "name": load_meta(folder)["name"], "status": r.get("status"),
+            "workload": r.get("workload"), "backend": r.get("backend"), "device": cfg.get("device"),
+            "done": f"{generations_done(r.get('generation'))} / {r.get('total_generations') or '∞'}",
+            "best_fitness": r.get("best_fitness"), "population": cfg.get("population"),
+            "selection": cfg.get("selection"), "weights": data.fmt_weights(cfg),
+            "problem": data.fmt_problem(cfg.get("problem")),
+            "baseline": (f"{base.get('primary')} {data.fmt_time_us(base.get('time_us'))}" if base.get("primary") else ""),
+            "created_at": r.get("created_at"), "updated_at": r.get("updated_at")})
+    cols = ["run_id", "name", "status", "workload", "backend", "device", "done", "best_fitness", "population",
+            "selection", "weights", "problem", "baseline", "created_at", "updated_at"]
+    return pd.DataFrame(out, columns=cols)
+
+
+def config_diff(a: dict, b: dict) -> pd.DataFrame:
+    """Settings of two run configurations side by side, the differing ones first."""
+    flat_a, flat_b = _flatten(a), _flatten(b)
+    rows = [{"setting": k, "A": flat_a.get(k, ""), "B": flat_b.get(k, ""), "differs": flat_a.get(k) != flat_b.get(k)}
+            for k in sorted(set(flat_a) | set(flat_b))]
+    df = pd.DataFrame(rows, columns=["setting", "A", "B", "differs"])
+    return df.sort_values(["differs", "setting"], ascending=[False, True], ignore_index=True)
+
+
+def _flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in (cfg or {}).items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = str(value)
+    return out
+
+
+def live_reason(runs: Path, run_id: str, launched_alive: bool = False) -> str | None:
+    """Why ``run_id`` must not be archived or deleted now, or None."""
+    status = effective_status(run_dir(runs, run_id))
+    if status in LIVE_STATUSES or launched_alive:
+        return f"Run {run_id} is {status if status in LIVE_STATUSES else 'starting'}: stop it on Monitor first."
+    return None
+
+
+def archive(runs: Path, run_id: str) -> Path:
+    """Move a run folder to ``<runs>/.archive/<run_id>`` (out of every list, files kept)."""
+    source = run_dir(runs, run_id)
+    target_root = Path(runs).resolve() / ARCHIVE
+    target_root.mkdir(exist_ok=True)
+    target = target_root / source.name
+    if target.exists():
+        raise FileExistsError(f"{target} already exists")
+    shutil.move(str(source), str(target))
+    return target
+
+
+def delete(runs: Path, run_id: str) -> None:
+    """Delete a run folder and everything in it."""
+    shutil.rmtree(run_dir(runs, run_id))

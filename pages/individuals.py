@@ -1,0 +1,91 @@
+"""Individuals page: every individual of a run, filtered and sorted in DuckDB; a row's kernel and its
+diff against the champion; which genes matter, and a parallel-coordinates plot of the same filter."""
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, ui
+from dashboard import genomes as G
+from dashboard import importance as I
+from store.queries import IndividualsTable
+from store.reader import RunReader
+
+ui.ensure_navigation()
+
+SHOWN = 500  # rows sent to the browser; filters, sorting and downloads cover every row
+
+
+@st.cache_resource(max_entries=2, show_spinner="Loading every individual of the run…")
+def load_table(folder: str, signature: tuple) -> IndividualsTable:
+    """The run's individuals as one in-memory DuckDB table, rebuilt when the run commits more."""
+    return IndividualsTable(folder)
+
+
+@st.cache_data(max_entries=16, show_spinner="Fitting a random forest to the genes…")
+def importance_of(folder: str, signature: tuple, filters: dict) -> tuple:
+    table = load_table(folder, signature)
+    frame = table.latest_sample(filters, ["fitness", *table.genes], I.MAX_ROWS)
+    return I.gene_importance(frame, table.genes), I.parallel_frame(frame, table.genes)
+
+
+run_id, folder = ui.run_page("Individuals")
+sig = ui.signature(folder)
+table = load_table(str(folder), sig)
+if not table.rows:
+    st.info("No generation has been committed yet: come back when the first one is done.")
+    st.stop()
+lo, hi = table.generation_span()
+f1, f2, f3, f4 = st.columns([2, 2, 1, 1])
+status = f1.multiselect("Status", table.distinct("status"), key="ind_status", placeholder="every status")
+span = f2.slider("Generations", lo, hi, (lo, hi), key="ind_gens") if hi > lo else (lo, hi)
+fit_min = f3.number_input("Fitness at least", value=None, step=0.05, key="ind_fit_min", placeholder="any")
+prefix = f4.text_input("Genome hash starts with", key="ind_hash", max_chars=32)
+gene_filters = {}
+picked = st.multiselect("Filter on genes", table.genes, key="ind_gene_pick", format_func=lambda g: g[5:])
+for col, gene in zip(st.columns(max(1, len(picked))), picked):
+    gene_filters[gene] = col.multiselect(gene[5:], table.distinct(gene), key=f"ind_gene_{gene}")
+filters = {"status": status, "generation": span, "fitness_min": fit_min, "hash": prefix.strip(), "in": gene_filters}
+s1, s2, s3, s4 = st.columns([2, 1, 1, 1])
+sort = s1.selectbox("Sort by", table.columns, index=table.columns.index("fitness"), key="ind_sort")
+descending = s2.toggle("Descending", value=True, key="ind_desc")
+s3.download_button("CSV", data=lambda: table.export(filters, "csv"), file_name=f"{run_id}-individuals.csv",
+                   mime="text/csv", icon=":material/download:", key="ind_csv", on_click="ignore")
+s4.download_button("Parquet", data=lambda: table.export(filters, "parquet"), file_name=f"{run_id}-individuals.parquet",
+                   mime="application/vnd.apache.parquet", icon=":material/download:", key="ind_parquet",
+                   on_click="ignore")
+matching = table.count(filters)
+rows = table.query(filters, sort=sort, descending=descending, limit=SHOWN)
+st.caption(f"{matching:,} of {table.rows:,} individuals match" + (f"; the first {SHOWN:,} are shown (downloads "
+           "hold all of them)" if matching > SHOWN else "") + ". Select a row to see its kernel.")
+event = st.dataframe(rows, hide_index=True, width="stretch", height=420, key="ind_table", on_select="rerun",
+                     selection_mode="single-row",
+                     column_config={c: st.column_config.TextColumn(c[5:]) for c in table.genes})
+selected = event.selection.rows if event and hasattr(event, "selection") else []
+if selected:
+    row = rows.iloc[selected[0]]
+    champ = RunReader(folder).champion()
+    st.subheader(f"Kernel of {row['genome_hash']} (generation {int(row['generation'])}, {row['status']})")
+    mine = ui.kernel(str(folder), row["source_hash"]) if isinstance(row.get("source_hash"), str) else None
+    if not mine:
+        st.info("No kernel stored for this individual (rejected before it was rendered).")
+    else:
+        theirs = champ.get("source") if champ else None
+        if theirs and champ["genome_hash"] != row["genome_hash"]:
+            patch = G.source_diff(theirs, mine["source"], f"champion/{champ['genome_hash']}", f"this/{row['genome_hash']}")
+            st.code(patch or "(same source as the champion)", language="diff", height=400)
+        elif champ and champ["genome_hash"] == row["genome_hash"]:
+            st.caption("This is the champion.")
+        with st.expander("Full source", expanded=not theirs):
+            st.code(mine["source"], language=G.source_language(mine.get("backend")), line_numbers=True, height=500)
+
+st.subheader("Which genes matter")
+st.caption("scikit-learn: a random forest fitted to the genes of the individuals that match the filter above, and "
+           "the permutation importance of each gene on genomes held out from the fit (see dashboard/importance.py "
+           "for why). Low forest R² means fitness depends on something the genes do not explain (noise, mostly).")
+if st.toggle("Compute gene importance", value=True, key="ind_importance",
+             help="Fits a forest on up to 3,000 distinct genomes: under a second."):
+    imp, par = importance_of(str(folder), sig, filters)
+    left, right = st.columns([2, 3])
+    left.plotly_chart(charts.importance(imp), key="chart_importance", config={"displaylogo": False})
+    top = list(imp["gene"][:8]) if not imp.empty else table.genes[:8]
+    right.plotly_chart(charts.parallel(par, top), key="chart_parallel", config={"displaylogo": False})
