@@ -139,6 +139,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from store.writer import RunWriter
 
     cfg = config_from_args(args)
+    from core.diskspace import parse_bytes
+
+    try:  # a bad disk threshold is bad input: refused before the run folder is written
+        parse_bytes(os.environ.get("ABEBOT_MIN_FREE_BYTES", "") or "0")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if not cfg.cluster:  # on a cluster the workers' devices count, not this host's (each worker checks its own)
         reason = availability(cfg.backend)
         if reason:

@@ -95,16 +95,20 @@ def make_valid(child: Genome, space: GeneSpace, rng: random.Random, attempts: in
 
 def distance(a: Genome, b: Genome) -> int:
     """Number of genes (map keys counted separately) on which two genomes differ."""
-    d = 0
-    other = b.to_dict()
-    for group, values in a.to_dict().items():
-        for name, va in values.items():
-            vb = other[group][name]
-            if isinstance(va, dict):
-                d += sum(va[k] != vb.get(k) for k in va)
+    fa, fb = flat_genes(a), flat_genes(b)
+    return sum(v != fb.get(k) for k, v in fa.items())
+
+
+def flat_genes(g: Genome) -> dict:
+    """(group, gene[, map key]) -> value: the genes :func:`distance` compares, once per genome."""
+    out = {}
+    for group, values in g.to_dict().items():
+        for name, v in values.items():
+            if isinstance(v, dict):
+                out.update({(group, name, k): x for k, x in v.items()})
             else:
-                d += va != vb
-    return d
+                out[(group, name)] = v
+    return out
 
 
 __all__ = ["crossover", "crossover_map", "crossover_sequence", "distance", "make_valid", "mutate"]

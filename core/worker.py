@@ -5,6 +5,13 @@ is committed in one transaction together with the population and RNG state, so a
 any moment resumes (``python -m core resume <id>``) exactly after its last committed generation.
 Between generations it obeys ``control.json`` (pause, resume, stop). A background thread refreshes
 ``heartbeat.json`` every few seconds so the dashboard can tell a slow generation from a dead worker.
+
+Disk space: before every generation and every commit the worker checks the free space of the runs
+folder's filesystem (:class:`DiskGuard`). Below the threshold (``$ABEBOT_MIN_FREE_BYTES``, default
+the larger of 1 GiB and 8 times the largest generation written so far) the run shows ``paused`` with
+a ``disk nearly full`` message and waits, holding any measured generation in memory, until space
+returns. A commit that still fails for want of space (ENOSPC, EDQUOT) is rolled back by DuckDB and
+retried once space returns, so no committed generation is lost or written twice.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.config import RunConfig
+from core.diskspace import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, gib as _gib
 from core.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
 from core.genome import Genome
 from core.retiming import baseline_summary, champion_figures, describe, time_samples
@@ -62,18 +70,25 @@ class RunWorker:
         self.baseline_name = "baseline"
         self.evaluated = 0  # evaluations made by this process (a resumed run adds its earlier count)
         self.paused_s = 0.0  # time spent paused does not consume an hours budget
+        self.disk = DiskGuard(runs_dir, run_dir)  # ValueError for a malformed $ABEBOT_MIN_FREE_BYTES
 
     # -- heartbeat -------------------------------------------------------------------------------
     def heartbeat(self, **fields: Any) -> None:
+        """Update and write heartbeat.json; a full disk only costs this heartbeat (the status is
+        advisory, the database is what counts)."""
         with self._beat_lock:
             self.beat.update(fields)
-            self.writer.heartbeat(**self.beat)
+            try:
+                self.writer.heartbeat(**self.beat)
+            except Exception as exc:
+                if not disk_full(exc):
+                    raise
 
     def _beat_forever(self) -> None:
         while not self._stop_beat.wait(HEARTBEAT_EVERY_S):
-            try:
-                self.heartbeat()
-            except OSError:  # a full disk must not kill the run; the next commit will say so
+            try:  # the periodic look at free space, visible to the dashboard between generations
+                self.heartbeat(disk_free_bytes=self.disk.free(), disk_min_free_bytes=self.disk.threshold())
+            except OSError:
                 pass
 
     # -- main loop -------------------------------------------------------------------------------
@@ -123,8 +138,40 @@ class RunWorker:
             signal.signal(signal.SIGTERM, previous[signal.SIGTERM])
 
     def _set_status(self, status: str, message: str = "") -> None:
-        self.writer.set_status(status, message)
-        self.heartbeat(status=status)
+        try:
+            self.writer.set_status(status, message)
+        except Exception as exc:  # with no room left even the status row cannot be written
+            if not disk_full(exc):
+                raise
+        self.heartbeat(status=status, message=message)
+
+    def _wait_for_space(self, read_control: Callable[[Path], str | None]) -> str | None:
+        """While free space is short, show a disk-full pause and wait; "stop" when asked to stop meanwhile."""
+        short = self.disk.shortage()
+        if short is None:
+            return None
+        free, need = short
+        where = self.runs_dir.resolve()
+        self._set_status("paused", f"disk nearly full: {_gib(free)} free on the filesystem of {where}, below the "
+                                   f"{_gib(need)} needed (${MIN_FREE_ENV}); the run resumes by itself when space returns")
+        self.heartbeat(phase="paused: disk nearly full", paused_for="disk", disk_free_bytes=free, disk_min_free_bytes=need)
+        self.log(f"paused: disk nearly full ({_gib(free)} free on {where}, {_gib(need)} needed)")
+        t_pause, polls = time.monotonic(), 0
+        while short is not None:
+            time.sleep(self.disk.poll_s)
+            polls += 1
+            if read_control(self.run_dir) == "stop":
+                self.paused_s += time.monotonic() - t_pause
+                return "stop"
+            if self.disk.wanted and polls % RETRY_AFTER_POLLS == 0:
+                self.disk.wanted = 0  # a quota or a file-size limit frees nothing we can see: try again anyway
+            short = self.disk.shortage()
+            self.heartbeat(disk_free_bytes=short[0] if short else self.disk.free())
+        self.paused_s += time.monotonic() - t_pause
+        self._set_status("running")
+        self.heartbeat(phase="", paused_for=None)
+        self.log(f"resumed: {_gib(self.disk.free())} free on {where}")
+        return None
 
     def _counting(self, evaluate: Callable) -> Callable[[list[Genome]], list[dict]]:
         def run(genomes: list[Genome]) -> list[dict]:
@@ -153,7 +200,9 @@ class RunWorker:
             t_gen = time.monotonic()
             population = initial_population(ctx, rng)
             generation = 0
-            self._commit(generation, population, rng, time.monotonic() - t0, self.evaluated, time.monotonic() - t_gen, ctx)
+            if not self._commit(generation, population, rng, time.monotonic() - t0, self.evaluated,
+                                time.monotonic() - t_gen, ctx, read_control):
+                return self._stopped_uncommitted(generation)
         else:
             generation, state = last
             rng = rng_from_json(state["rng"])
@@ -166,7 +215,7 @@ class RunWorker:
                 self._set_status("finished")
                 self.log(f"finished: {generation + 1} generations in {elapsed:.1f} s")
                 return 0
-            command = self._obey(read_control)
+            command = self._obey(read_control) or self._wait_for_space(read_control)
             if command == "stop":
                 self._set_status("stopped", "stopped on request")
                 self.log("stopped on request")
@@ -175,8 +224,15 @@ class RunWorker:
             population = step(population, ctx, rng)
             generation += 1
             elapsed = elapsed_before + (time.monotonic() - t0) - self.paused_s
-            self._commit(generation, population, rng, elapsed, evaluations_before + self.evaluated, time.monotonic() - t_gen,
-                         ctx)
+            if not self._commit(generation, population, rng, elapsed, evaluations_before + self.evaluated,
+                                time.monotonic() - t_gen, ctx, read_control):
+                return self._stopped_uncommitted(generation)
+
+    def _stopped_uncommitted(self, generation: int) -> int:
+        self._set_status("stopped", f"stopped on request while the disk was full; generation {generation} was not "
+                                    "committed and is redone on resume")
+        self.log(f"stopped on request during a disk-full pause; generation {generation} not committed")
+        return 0
 
     def _budget_spent(self, next_generation: int, elapsed_s: float) -> bool:
         cfg = self.config
@@ -203,7 +259,9 @@ class RunWorker:
         return "stop" if command == "stop" else None
 
     def _commit(self, generation: int, population: list[Individual], rng: Any, elapsed: float,
-                evaluations: int, gen_seconds: float, ctx: GAContext) -> None:
+                evaluations: int, gen_seconds: float, ctx: GAContext,
+                read_control: Callable[[Path], str | None]) -> bool:
+        """Store the generation (waiting for disk space first); False when asked to stop before it could be."""
         summary = dict(summarise(population))
         new = [i for i in population if not i.reused and not i.remeasured]
         baseline = json.loads(json.dumps(dict(ctx.baseline), default=str))  # the generation's, as stored
@@ -217,8 +275,23 @@ class RunWorker:
             "baseline": baseline,  # a resumed run rescores the population against it
         }
         kernels = _kernels(new, self.config.backend)
-        self.writer.commit_generation(generation, [_row(generation, i) for i in population], kernels, summary, state,
-                                      baseline=baseline)
+        rows = [_row(generation, i) for i in population]
+        while True:
+            if self._wait_for_space(read_control) == "stop":
+                return False
+            before = self.disk.footprint()
+            try:
+                self.writer.commit_generation(generation, rows, kernels, summary, state, baseline=baseline)
+            except Exception as exc:
+                if not disk_full(exc):
+                    raise
+                if not self._is_committed(generation):  # else only the heartbeat after COMMIT failed
+                    self.disk.write_failed()
+                    self.log(f"generation {generation} not committed, the disk is full ({_first_line(disk_full(exc))}); "
+                             "it is retried when space returns")
+                    continue
+            self.disk.committed(before)
+            break
         self.baseline_name = baseline.get("primary", self.baseline_name)
         for ind in new:  # the sources now live in the store; a 72-hour run must not hold them all in memory
             ind.measure.pop("source", None)
@@ -227,11 +300,22 @@ class RunWorker:
                        evals_per_s=summary["evals_per_s"], phase="")
         best = max(population, key=lambda i: i.fitness)
         champion = f"champion {_terms_text(best, self.baseline_name)}" if best.ok else "no viable kernel yet"
-        budget = f"/{self.config.generations}" if self.config.generations else ""
+        # numbered from 0, counted as done, as everywhere (README): "gen 4 (5/5 done)"
+        budget = f" ({generation + 1}/{self.config.generations} done)" if self.config.generations else ""
         base = f" baseline {describe(baseline)}" if baseline.get("time_us") is not None else ""
         self.log(f"gen {generation}{budget} best {summary['best_fitness']:.4f} mean {summary['mean_fitness']:.4f} "
                  f"lethal {summary['n_lethal']}/{len(population)} new {len(new)} re-timed {summary['n_remeasured']} "
                  f"{champion}{base} {gen_seconds:.1f}s")
+        return True
+
+    def _is_committed(self, generation: int) -> bool:
+        last = self.writer.last_state()
+        return last is not None and last[0] >= generation
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
 
 def _raise_interrupted(signum, frame):  # noqa: ARG001 - signal handler signature
     raise Interrupted()

@@ -179,7 +179,7 @@ def test_launch_watch_pause_stop_diff_export(server, tmp_path):
 
             # Headline metrics and the run picker are not cut off at 1280 px.
             page.get_by_text("Live log").click()
-            page.get_by_text(re.compile(r"gen \d+/")).first.wait_for()  # the live log tail shows worker.log
+            page.get_by_text(re.compile(r"gen \d+ \(\d+/\d+ done\)")).first.wait_for()  # the live log tail shows worker.log
             assert not truncated(page, '[data-testid="stMetricValue"]'), truncated(page, '[data-testid="stMetricValue"]')
             assert not truncated(page, '[data-testid="stSidebar"] [data-testid="stSelectbox"]')
 

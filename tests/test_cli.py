@@ -108,3 +108,10 @@ def test_a_config_file_with_a_bad_setting_is_refused_before_anything_is_written(
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == ["abebot: error: fitness weight of time must be a non-negative finite number (got -1)"]
     assert not runs.exists()
+
+
+def test_a_bad_disk_threshold_is_refused_before_anything_is_written(tmp_path):
+    res = cli("run", "--backend", "c", "--runs-dir", str(tmp_path), runs_dir=tmp_path,
+              env={"ABEBOT_MIN_FREE_BYTES": "lots"})
+    assert res.returncode == 2 and "ABEBOT_MIN_FREE_BYTES" in res.stderr and "Traceback" not in res.stderr
+    assert not any(p for p in tmp_path.iterdir() if not p.name.startswith("."))

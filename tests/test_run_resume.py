@@ -43,6 +43,7 @@ def test_run_finishes_retimes_its_elites_and_champion_exports(tmp_path):
     gen_lines = [line for line in lines if line.startswith("gen ")]
     assert len(gen_lines) == 3 and all(" baseline numpy " in line and "(3 timings)" in line for line in gen_lines)
     assert "re-timed 2" in gen_lines[1] and " median of " in gen_lines[1]
+    assert [line.split(" best ")[0] for line in gen_lines] == ["gen 0 (1/3 done)", "gen 1 (2/3 done)", "gen 2 (3/3 done)"]
     gens = generations(tmp_path / run_id)
     assert list(gens["generation"]) == [0, 1, 2] and gens["best_fitness"].iloc[0] > 0
 

@@ -1,0 +1,205 @@
+"""Figures of a soak (:mod:`benchmarks.soak`): growth per 1,000 generations, and the Markdown report.
+
+The soak writes its report when it ends; to render it again from the samples it saved (after a change
+to this module), with the soak's work folder still there::
+
+    python benchmarks/soak_report.py benchmarks/soak/report.json
+"""
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+
+def per_thousand(samples: list[dict], logical: dict[int, int]) -> list[dict]:
+    """For each block of 1,000 committed generations: the database file and its WAL at the block's last
+    sample, live/ growth scaled to 1,000 generations, the data stored in the block (``logical``:
+    block -> bytes of its rows as JSON) and the worker's largest RSS seen in it."""
+    blocks: dict[int, list[dict]] = {}
+    for s in samples:
+        if s["generation"] >= 0:
+            blocks.setdefault(s["generation"] // 1000, []).append(s)
+    out, data = [], 0
+    for block, rows in sorted(blocks.items()):
+        first, last = rows[0], rows[-1]
+        span = last["generation"] - first["generation"]
+        data += logical.get(block, 0)
+        out.append({"block": f"{block * 1000}-{block * 1000 + 999}", "generations_seen": f"{first['generation']}-{last['generation']}",
+                    "db_file": last.get("db_file_bytes", last["db_bytes"]), "wal": last.get("wal_bytes", 0),
+                    "footprint_per_data": last["db_bytes"] / data if data else 0.0, "data": logical.get(block, 0),
+                    "live_per_1000": (last["live_bytes"] - first["live_bytes"]) * (1000 / span if span else 0.0),
+                    "rss_max": max(r["rss_bytes"] for r in rows)})
+    return out
+
+
+def rss_slopes(samples: list[dict], warmup_s: float = 20.0, min_span: int = 50) -> list[dict]:
+    """RSS growth per 1,000 generations inside each worker process (a kill starts a new one), by least
+    squares after its first ``warmup_s`` seconds (imports, the sandbox and the first kernels)."""
+    segs: dict[int, list[dict]] = {}
+    for s in samples:
+        segs.setdefault(s["segment"], []).append(s)
+    out = []
+    for seg, rows in sorted(segs.items()):
+        t0 = rows[0]["t"]
+        rows = [r for r in rows if r["t"] - t0 >= warmup_s and r["generation"] >= 0]
+        if len(rows) < 3 or rows[-1]["generation"] - rows[0]["generation"] < min_span:
+            continue
+        xs, ys = [r["generation"] for r in rows], [r["rss_bytes"] for r in rows]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        var = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
+        out.append({"segment": seg, "generations": f"{xs[0]}-{xs[-1]}", "span": xs[-1] - xs[0], "rss_start": ys[0], "rss_end": ys[-1],
+                    "rss_per_1000": slope * 1000})
+    return out
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def write_report(res, opts, soak, path: Path) -> None:
+    """The soak's report as Markdown at ``path`` (its folder is created)."""
+    gens = res.generations
+    n = len(gens)
+    import duckdb
+
+    con = duckdb.connect(str(soak.dir / "run.duckdb"), read_only=True)
+    try:
+        inds, kernels = (con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("individuals", "kernels"))
+        statuses = con.execute("SELECT status, count(*) FROM individuals GROUP BY 1 ORDER BY 2 DESC").fetchall()
+        logical: dict[int, int] = {}
+        for t in ("individuals", "kernels"):  # the data itself: every stored row as JSON text
+            for b, n_bytes in con.execute(f"SELECT generation // 1000, sum(length(to_json({t}))) FROM {t} GROUP BY 1").fetchall():
+                logical[int(b)] = logical.get(int(b), 0) + int(n_bytes)
+        known_per_genome = _known_bytes(con)
+    finally:
+        con.close()
+    blocks, slopes = per_thousand(res.samples, logical), rss_slopes(res.samples)
+    longest = max(slopes, key=lambda r: r["span"], default=None)
+    db = soak.dir / "run.duckdb"
+    lines = [
+        "# Soak report", "",
+        f"Command: `nice -n 10 {res.command}` (from the repository root)", "",
+        f"Machine: {platform.node()} · {platform.processor() or platform.machine()} · "
+        f"{_cpus()} CPUs (shared with other work) · {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
+        f"Run: `{opts.workload}` on the C backend, problem `{opts.problem}`, population {opts.population}, 1 elite, "
+        "2 baseline timings per generation, seed " + str(opts.seed) + ".", "",
+        "## Outcome", "",
+        f"- Problems found: **{len(res.problems)}**" + "".join(f"\n  - {p}" for p in res.problems),
+        f"- Wall time {res.wall_s:.0f} s; generations committed: **{n}** (0..{gens[-1] if gens else '-'}), "
+        f"{n / res.wall_s * 60 if res.wall_s else 0:.0f} per minute including every disturbance; final status "
+        f"`{res.final_status}`.",
+        f"- Individuals stored {inds} ({inds / n if n else 0:.2f} per generation; population {opts.population}); "
+        f"distinct kernels {kernels}; statuses: " + ", ".join(f"{s} {c}" for s, c in statuses) + ".",
+        f"- Integrity checks (database opened read-only after every kill and at the end): {len(res.checks)}, "
+        "each: generation numbers 0..N with no gap, every generation holding exactly the population, every "
+        "generation committed before unchanged (md5 of its individuals), the heartbeat's last generation present.",
+        "",
+        f"## kill -9 ({len(res.kills)})", "",
+        "| # | at s | heartbeat generation before the kill |", "|---|---|---|",
+        *[f"| {i + 1} | {k['t']} | {k['heartbeat_generation']} |" for i, k in enumerate(res.kills)], "",
+        f"## Crash bursts in the sandbox ({len(res.bursts)})", "",
+        f"Each burst makes every kernel loaded by the sandbox raise SIGSEGV for at least {opts.burst_s:.0f} s and "
+        "until a crashed candidate is stored (a constructor linked in by a `$CC` wrapper, active while a flag file "
+        f"exists). Candidates stored as `crashed` over the whole run: **{res.crashed_rows}**.", "",
+        "| # | at s | seconds | candidates crashed (from live/) |", "|---|---|---|---|",
+        *[f"| {i + 1} | {b['t']} | {b['seconds']} | {b['crashed']} |" for i, b in enumerate(res.bursts)], "",
+        f"## Disk full ({len(res.pauses)})", "",
+        f"`ABEBOT_MIN_FREE_BYTES` was the free space at the start minus {soak.margin >> 30} GiB; a filler file "
+        "(`posix_fallocate`) took the free space under it, was held, then deleted.", "",
+        "| at s | paused | heartbeat status | no commit while paused | resumed by itself | s until resumed | message |",
+        "|---|---|---|---|---|---|---|",
+        *[f"| {p['t']} | {p['paused']} | {p['status']} | {p['held_generation']} | {p['resumed']} | {p['seconds']} | "
+          f"{p['message']} |" for p in res.pauses], "",
+        f"## Dashboard restarts ({max(len(res.dashboard) - 1, 0)})", "",
+        "`streamlit run app.py` headless on 127.0.0.1, stopped (SIGTERM) and started again while the run went on; "
+        "`/_stcore/health` and `/` fetched after every start.", "",
+        "| at s | health | page answers | start s |", "|---|---|---|---|",
+        *[f"| {d['t']} | {d['health']} | {d['page_answers']} | {d['start_s']} |" for d in res.dashboard], "",
+        "## Growth per 1,000 generations", "",
+        f"Final database {_mb(_size(db))} (checkpointed on the last stop) for {n} generations: "
+        f"{_mb(_size(db) / n * 1000 if n else 0)} per 1,000 generations, {_size(db) / sum(logical.values()):.2f} bytes on "
+        f"disk per byte of data stored (every row of individuals and kernels as JSON text, {_mb(sum(logical.values()))}). "
+        f"Samples every second ({len(res.samples)}); the WAL grows until DuckDB checkpoints it into the file, so the "
+        "file grows in steps and the file + WAL is what the disk holds at a moment.", "",
+        "| generations | seen | data stored in the block | database file at its end | WAL at its end | "
+        "(file + WAL) / data so far | live/ growth per 1,000 gen | worker RSS max |",
+        "|---|---|---|---|---|---|---|---|",
+        *[f"| {b['block']} | {b['generations_seen']} | {_mb(b['data'])} | {_mb(b['db_file'])} | {_mb(b['wal'])} | "
+          f"{b['footprint_per_data']:.2f} | {_mb(b['live_per_1000'])} | {_mb(b['rss_max'])} |" for b in blocks], "",
+        "Worker RSS inside one process (each kill starts a new one; least squares after 20 s of warm-up, segments "
+        "of at least 50 generations; short segments still include the warm-up of caches):", "",
+        "| process | generations | RSS after warm-up | RSS at end | RSS growth per 1,000 gen |", "|---|---|---|---|---|",
+        *[f"| {s['segment']} | {s['generations']} | {_mb(s['rss_start'])} | {_mb(s['rss_end'])} | "
+          f"{_mb(s['rss_per_1000'])} |" for s in slopes], "",
+        *([f"In the longest process ({longest['generations']}) the worker's RSS grew by "
+           f"{longest['rss_per_1000'] / (opts.population * 1000) / 1e3:.1f} kB per individual stored, against "
+           f"{sum(logical.values()) / inds / 1e3:.1f} kB of data per individual. Part of it is by design: the "
+           "worker keeps the latest measurement of every genome of the run in memory (`GAContext.known`, loaded "
+           "whole on resume) so that no genome is evaluated twice; loaded from this run's database that dict takes "
+           f"{known_per_genome / 1e3:.1f} kB per genome (tracemalloc). The rest is not attributed here (DuckDB's "
+           "buffer cache and the Python heap are candidates).", ""] if longest and inds else []),
+        "## Checks", "", *[f"- {c}" for c in res.checks], "",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    import dataclasses
+    import json
+
+    path.with_suffix(".json").write_text(json.dumps(dataclasses.asdict(res), indent=0))  # every sample, for re-analysis
+
+
+def _known_bytes(con) -> float:
+    """Bytes per genome of the dict a resumed worker builds from the store (RunWriter.evaluations)."""
+    import tracemalloc
+
+    from store.schema import select_list
+
+    tracemalloc.start()
+    try:
+        rows = con.sql(f"SELECT {select_list('individuals')} FROM individuals QUALIFY row_number() OVER "
+                       "(PARTITION BY genome_hash ORDER BY generation DESC) = 1").to_arrow_table().to_pylist()
+        known = {r["genome_hash"]: r for r in rows}
+        used = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return used / len(known) if known else 0.0
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def main(argv: list[str]) -> int:
+    """Render the report again from a soak's saved samples (its command gives the options)."""
+    import json
+    import shlex
+    import sys
+    from types import SimpleNamespace
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    from benchmarks.soak import FREE_MARGIN, Result, parse_options
+
+    saved = Path(argv[0])
+    res = Result(**json.loads(saved.read_text()))
+    opts, report = parse_options(shlex.split(res.command)[2:])
+    write_report(res, opts, SimpleNamespace(dir=opts.work_dir / "runs" / res.run_id, margin=FREE_MARGIN), report)
+    print(f"report: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,156 @@
+"""The soak in short form (benchmarks/soak.py runs it long), and a commit that meets a full disk.
+
+The short form kills the worker with kill -9 three times at random moments and resumes it, crashes
+the sandbox in a burst and takes the free space under the run's threshold, then checks that every
+committed generation survived unchanged, with contiguous numbers and no duplicates.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from core.backends import availability
+from core.diskspace import DiskGuard, disk_full, parse_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(availability("c") is not None, reason=f"no C backend: {availability('c')}")
+
+
+def _can_fallocate(folder: Path) -> bool:
+    try:
+        with open(folder / ".probe", "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, 1 << 20)
+        return True
+    except OSError:
+        return False
+    finally:
+        (folder / ".probe").unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_short_soak_loses_and_duplicates_no_generation(tmp_path):
+    if not _can_fallocate(tmp_path):
+        pytest.skip("this filesystem cannot fallocate the filler that fills the disk")
+    from benchmarks.soak import Options, run_soak
+
+    t0 = time.monotonic()
+    res = run_soak(Options(minutes=0.55, kills=3, crash_bursts=1, burst_s=2.0, disk_pauses=1, pause_hold_s=2.0,
+                           dashboard_restarts=0, quiet_fraction=0.1, kill_delay_s=(0.0, 3.0), seed=11,
+                           work_dir=tmp_path / "soak", log=False))
+    print(f"soak: {len(res.generations)} generations in {time.monotonic() - t0:.1f} s, kills {res.kills}, "
+          f"bursts {res.bursts}, pauses {res.pauses}, crashed {res.crashed_rows}")
+    assert res.problems == []
+    assert len(res.kills) == 3
+    gens = res.generations
+    assert gens == list(range(len(gens))) and len(gens) >= len(res.kills) + 1  # each resumed worker committed
+    assert len(res.checks) == 4  # after each kill and at the end
+    pause = res.pauses[0]
+    assert pause["paused"] and pause["status"] == "paused" and "disk nearly full" in pause["message"]
+    assert pause["held_generation"] and pause["resumed"]
+    assert res.bursts and res.crashed_rows >= 1  # the burst crashed candidates and the run went on
+    assert res.final_status == "stopped"
+    con = duckdb.connect(str(tmp_path / "soak" / "runs" / res.run_id / "run.duckdb"), read_only=True)
+    try:
+        per_gen = con.execute("SELECT count(*), count(DISTINCT generation) FROM individuals").fetchone()
+        states = con.execute("SELECT count(*) FROM ga_state").fetchone()[0]
+    finally:
+        con.close()
+    assert per_gen == (4 * len(gens), len(gens))  # every generation whole, none twice
+    assert states >= 1
+    sizes = [s["db_bytes"] for s in res.samples if s["generation"] >= 0]
+    assert sizes and max(sizes) / len(gens) < 1 << 20  # tiny rows: well under 1 MiB of database per generation
+
+
+class _FullAtCommit:
+    """A DuckDB connection whose COMMIT of one generation fails as DuckDB fails on a full disk: the
+    transaction is rolled back and a TransactionException names ENOSPC (so the writer's own ROLLBACK
+    then raises again). ``on_fail`` runs then (the test frees space)."""
+
+    def __init__(self, con, generation: int, on_fail):
+        self._con, self._generation, self._on_fail = con, generation, on_fail
+        self._pending: int | None = None
+        self.failed = 0
+
+    def execute(self, sql, *args):
+        if isinstance(sql, str) and sql.startswith("INSERT INTO ga_state"):
+            self._pending = int(args[0][1])
+        if sql == "COMMIT" and self._pending == self._generation and not self.failed:
+            self._con.execute("ROLLBACK")
+            self.failed += 1
+            self._on_fail()
+            raise duckdb.TransactionException('TransactionContext Error: Failed to commit: Could not write file '
+                                              f'"run.duckdb.wal": {os.strerror(errno.ENOSPC)}')
+        return self._con.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+@pytest.mark.slow
+def test_enospc_at_commit_pauses_then_commits_the_generation_once(tmp_path, monkeypatch):
+    if not _can_fallocate(tmp_path):
+        pytest.skip("this filesystem cannot fallocate")
+    from core.config import RunConfig, validate
+    from core.worker import RunWorker
+    from store.reader import RunReader
+    from store.writer import RunWriter
+
+    monkeypatch.setenv("ABEBOT_DISK_POLL_S", "0.05")
+    monkeypatch.setenv("ABEBOT_MIN_FREE_BYTES", "0")  # no threshold: only the failed write pauses the run
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    filler = runs / "filler"
+    with open(filler, "wb") as f:  # freed when the commit fails: the space that "returns"
+        os.posix_fallocate(f.fileno(), 0, 256 << 20)
+    cfg = validate(RunConfig(workload="rmsnorm", backend="c", population=3, generations=5, elites=1, seed=5,
+                             stability_launches=2, baseline_checks=2, problem={"rows": 4, "cols": 32}))
+    writer = RunWriter.create(runs, "enospc", json.loads(cfg.to_json()))
+    seen: list[dict] = []
+
+    def free_space_soon():
+        seen.append(json.loads((runs / "enospc" / "heartbeat.json").read_text()))
+        threading.Timer(1.0, lambda: (seen.append(json.loads((runs / "enospc" / "heartbeat.json").read_text())),
+                                      filler.unlink())).start()
+
+    writer._con = proxy = _FullAtCommit(writer._con, 2, free_space_soon)
+    try:
+        assert RunWorker(writer, cfg, runs / "enospc", runs, echo=None).run() == 0
+    finally:
+        writer.close()
+    assert proxy.failed == 1
+    log = (runs / "enospc" / "worker.log").read_text()
+    assert "generation 2 not committed, the disk is full" in log and "resumed:" in log
+    assert seen[-1]["status"] == "paused" and seen[-1]["paused_for"] == "disk"  # while it waited for space
+    reader = RunReader(runs / "enospc")
+    assert list(reader.generations()["generation"]) == [0, 1, 2, 3, 4]
+    inds = reader.individuals()
+    assert inds.groupby("generation").size().tolist() == [3] * 5  # generation 2 stored once, whole
+    assert reader.status() == "finished"
+
+
+def test_threshold_setting_and_full_disk_errors(tmp_path):
+    assert parse_bytes("2G") == 2 << 30 and parse_bytes("512MiB") == 512 << 20 and parse_bytes("1000") == 1000
+    with pytest.raises(ValueError):
+        parse_bytes("lots")
+    guard = DiskGuard(tmp_path, tmp_path, env={})
+    assert guard.threshold() == 1 << 30  # the floor while no generation has been written
+    guard.gen_bytes = 512 << 20
+    assert guard.threshold() == 8 * (512 << 20)  # room for eight of the largest generations
+    assert DiskGuard(tmp_path, tmp_path, env={"ABEBOT_MIN_FREE_BYTES": "0"}).shortage() is None
+    assert DiskGuard(tmp_path, tmp_path, env={"ABEBOT_MIN_FREE_BYTES": "1024T"}).shortage() is not None
+    inner = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    try:
+        try:
+            raise inner
+        except OSError:
+            raise RuntimeError("cannot rollback - no transaction is active")
+    except RuntimeError as chained:
+        assert disk_full(chained)
+    assert not disk_full(OSError(errno.EACCES, os.strerror(errno.EACCES)))
