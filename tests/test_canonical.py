@@ -225,7 +225,7 @@ TRITON_WORKER = textwrap.dedent(r'''
         return handle
 
     JITFunction.run = _compile_only
-    DT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    DT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32, "uint8": torch.uint8}
     job = json.loads(Path(sys.argv[1]).read_text())
     folder = Path(job["folder"])
     wl = get_workload(job["workload"])

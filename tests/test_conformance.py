@@ -559,3 +559,48 @@ def test_exported_script_compiles_and_its_manifest_round_trips(name, backend, tm
     assert rebuilt.launch == _normalised(kernel.launch) and rebuilt.resources == _normalised(kernel.resources)
     module = workload(name).templates[backend]
     assert (tmp_path / "abebot" / Path(*module.split("."))).with_suffix(".py").exists(), "template not exported"
+
+
+# ---- 7. decode sizes ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_rmsnorm_with_residual_verifies_at_decode_rows(rows, compile_cache):
+    """vLLM's fused_add_rms_norm at a decode step's few rows (the timed shape is the problem's own)."""
+    _needs_cpu_backend("c")
+    be, runtime = cpu_backend("c")
+    wl = workload("rmsnorm")
+    problem = wl.validate_problem({"rows": rows, "cols": 1024, "residual": True}, "c")
+    tpl = template("rmsnorm", "c", problem)
+    failures, checked = [], 0
+    for g in genomes(tpl, label("rmsnorm", "c", problem), n=2):
+        harness = Harness(wl, tpl, runtime, problem)
+        kernel = runtime.load(be.compile(tpl.render(g), compile_cache))
+        for seed, shape in enumerate(wl.shapes(problem)):
+            case = harness.make_case(shape, seed)
+            harness.launch(kernel, case)
+            result = harness.check(case)
+            checked += 1
+            if not result.ok:
+                failures.append(f"{g.to_json()} on {shape}: {result.cause} {result.detail}")
+    assert checked and wl.shapes(problem)[0]["rows"] == rows
+    assert not failures, "\n".join(failures)
+
+
+def test_w4a16_dequantizes_gptq_words_as_gptq_packs_them():
+    """The w4a16 layout is GPTQ's: word [k // 8, n] holds W[k, n] in bits 4 (k % 8) .. 4 (k % 8) + 3."""
+    import numpy as np
+
+    from core.workloads.w4a16 import dequantize
+
+    rng = np.random.default_rng(0)
+    K, n = 256, 5
+    q = rng.integers(0, 16, (K, n))
+    z = rng.integers(0, 16, (K // 128, n))
+    s = rng.uniform(0.5, 1.5, (K // 128, n))
+    packed = np.zeros((K // 8, n), dtype=np.uint32)
+    for k in range(K):  # GPTQ's pack(): qweight[k // 8] |= intweight[k] << (4 * (k % 8))
+        packed[k // 8] |= (q[k].astype(np.uint32) << np.uint32(4 * (k % 8)))
+    words = packed.view(np.int32).reshape(K // 128, 16, n)
+    want = (q - np.repeat(z, 128, axis=0)) * np.repeat(s, 128, axis=0)
+    assert np.array_equal(dequantize(np, words.astype(np.float64), s, z.astype(np.float64)), want)
+    assert np.array_equal(dequantize(np, words, s), (q - 8) * np.repeat(s, 128, axis=0))

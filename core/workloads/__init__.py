@@ -9,6 +9,9 @@ WORKLOADS: dict[str, str] = {
     "gemm": "core.workloads.gemm:GemmWorkload",
     "rmsnorm": "core.workloads.rmsnorm:RmsNormWorkload",
     "silu_mul": "core.workloads.silu_mul:SiluMulWorkload",
+    "rope": "core.workloads.rope:RopeWorkload",
+    "gather_gemv": "core.workloads.gather_gemv:GatherGemvWorkload",
+    "w4a16": "core.workloads.w4a16:W4A16Workload",
 }
 
 

@@ -1,0 +1,212 @@
+"""W4A16 on the CPU: an OpenMP C kernel (float32 activations and scales, GPTQ int32 words).
+
+A task is a tile of ``rows`` rows of x by ``cols`` vectors of ``vector_width`` columns (a column
+left over runs as a one-column scalar tile, a row left over as a one-row tile). For every group of
+128 rows of K and every one of its 16 words per column, a tile loads the words of its columns and
+the 8 matching x values of its rows, unpacks the 8 nibbles (shift, mask, convert, minus the zero
+point) once for all its rows, and multiplies them in. The genome picks:
+
+* parallel_config -- OpenMP threads, schedule and chunk, and what the parallel loop runs over:
+  column tiles (rows inside), or (row tile, column tile) pairs;
+* memory_pattern -- vector width (GCC vector extensions; 1 is scalar), ``restrict``, and a
+  prefetch of the words 0, 1 or 2 groups ahead;
+* register_allocation -- rows and column vectors per tile (unpacked weights reused from registers
+  across rows), and whether the scale multiplies each weight or a per-group partial sum;
+* instruction_sequence -- the order in which a word's 8 values are unpacked and accumulated
+  (each value is unpacked right before its multiply-adds; without -ffast-math the order of the
+  additions is the compiled order).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from core.backends.base import KernelSource
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
+from core.workloads.openmp import one_thread, thread_options
+from core.workloads.template import Template
+
+ENTRY = "abebot_w4a16"
+ARGTYPES = ("ptr", "ptr", "ptr", "ptr", "ptr", "int", "int", "int")  # x, qweight, scales, zeros, y, m, n, k_groups
+NIBBLES = tuple(f"N{b}" for b in range(8))  # the 8 values of a word, b = 0 in the lowest bits
+
+
+class CW4A16Template(Template):
+    """The C template of :class:`~core.workloads.w4a16.W4A16Workload`."""
+
+    backend = "c"
+
+    def gene_space(self) -> GeneSpace:
+        cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
+        parallel = (
+            ChoiceGene("threads", thread_options(cores), "OpenMP threads (1 = no parallel region)"),
+            ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the parallel loop"),
+            ChoiceGene("chunk", (1, 2, 4, 8, 16), "iterations handed to a thread at a time"),
+            ChoiceGene("split", ("cols", "tiles"), "the parallel loop runs over column tiles, or (row tile, column tile) pairs"),
+        )
+        memory = (
+            ChoiceGene("vector_width", (1, 4, 8, 16), "columns per vector (GCC vector extensions; 1 = scalar)"),
+            ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified pointers"),
+            ChoiceGene("prefetch", (0, 1, 2), "prefetch the words this many groups ahead (0 = none)"),
+        )
+        registers = (MapGene("register_map", (("rows", (1, 2, 4)), ("cols", (1, 2)), ("scale", ("group", "weight"))),
+                             "rows and column vectors per tile; scale each weight or each group's partial sum"),)
+        sequence = (SequenceGene("nibbles", NIBBLES, (), (), "the order a word's 8 values are unpacked and accumulated"),)
+        return GeneSpace(groups={"parallel_config": parallel, "memory_pattern": memory,
+                                 "register_allocation": registers, "instruction_sequence": sequence},
+                         seeds=seed_genomes(cores), canonicalisers=(one_thread(schedule="static", chunk=1), _scalar_cols),
+                         hints=("memory_pattern.pointer_hints",))
+
+    def render(self, genome: Genome) -> KernelSource:
+        cfg = W4Config.from_genome(genome, bool(self.problem["zero_points"]))
+        return KernelSource(backend="c", source=render_source(cfg), entry=ENTRY, flags=("-std=gnu11",),
+                            launch={"argtypes": ARGTYPES, "threads": cfg.threads, "vector_width": cfg.vw},
+                            resources={"workspace_bytes": 0, "threads": cfg.threads})
+
+    def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
+        return kernel.bind(t["x"], t["qweight"], t["scales"], t.get("zeros"), t["y"], shape["m"], shape["n"],
+                           shape["k_groups"])
+
+
+TEMPLATE = CW4A16Template
+
+
+def _scalar_cols(g: Genome) -> Genome:
+    # Width 1 runs one-column scalar tiles only: there are no column vectors to group.
+    if g["memory_pattern"]["vector_width"] == 1:
+        g = with_gene(g, "register_allocation", "register_map", 1, key="cols")
+    return g
+
+
+def seed_genomes(cores: int) -> tuple[dict, ...]:
+    """A scalar one-column kernel on one thread, and a vectorised, threaded 2-row one."""
+    naive = {
+        "parallel_config": {"threads": 1, "schedule": "static", "chunk": 1, "split": "cols"},
+        "memory_pattern": {"vector_width": 1, "pointer_hints": "none", "prefetch": 0},
+        "register_allocation": {"register_map": {"rows": 1, "cols": 1, "scale": "weight"}},
+        "instruction_sequence": {"nibbles": list(NIBBLES)},
+    }
+    fast = {
+        "parallel_config": {"threads": cores, "schedule": "static", "chunk": 1, "split": "cols"},
+        "memory_pattern": {"vector_width": 16, "pointer_hints": "restrict", "prefetch": 1},
+        "register_allocation": {"register_map": {"rows": 2, "cols": 1, "scale": "group"}},
+        "instruction_sequence": {"nibbles": list(NIBBLES)},
+    }
+    return (naive, fast)
+
+
+class W4Config:
+    """The genome's values for rendering."""
+
+    def __init__(self, **kw: Any):
+        self.__dict__.update(kw)
+
+    @classmethod
+    def from_genome(cls, g: Genome, zeros: bool) -> "W4Config":
+        p, m, rm = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["register_map"]
+        return cls(threads=p["threads"], schedule=p["schedule"], chunk=p["chunk"], split=p["split"],
+                   vw=m["vector_width"], restrict=m["pointer_hints"] == "restrict", prefetch=m["prefetch"],
+                   rows=rm["rows"], cols=rm["cols"], per_group=rm["scale"] == "group",
+                   nibbles=tuple(g["instruction_sequence"]["nibbles"]), zeros=zeros)
+
+
+# ---- rendering -----------------------------------------------------------------------------------
+
+def render_source(c: W4Config) -> str:
+    tiles = []
+    for vec in ((True, False) if c.vw > 1 else (False,)):
+        for rows in sorted({c.rows, 1}, reverse=True):
+            tiles.append(_tile(c, rows, vec))
+    return "\n".join([_prelude(c)] + tiles + [_entry(c)])
+
+
+def _prelude(c: W4Config) -> str:
+    out = ("/* AbeBot W4A16, C backend: y = x . ((q - z) * s), GPTQ words (8 values along K), float32. */\n"
+           "#include <stddef.h>\n#include <stdint.h>\n#include <omp.h>\n"
+           f"#define VW {c.vw}\n#define ROWS {c.rows}\n#define COLS {c.cols}\n#define PF_GROUPS {c.prefetch}\n"
+           f"#define RESTRICT {'restrict' if c.restrict else ''}\n")
+    if c.vw > 1:
+        out += (f"typedef float vf __attribute__((vector_size({4 * c.vw}), may_alias));\n"
+                f"typedef float vfu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n"
+                f"typedef int32_t vi __attribute__((vector_size({4 * c.vw}), may_alias));\n"
+                f"typedef int32_t viu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n")
+    return out
+
+
+def _tile(c: W4Config, rows: int, vec: bool) -> str:
+    """``tile_<v|s><rows>``: ``rows`` rows by COLS vectors (v) or one column (s), all groups."""
+    r, cols = "RESTRICT", (c.cols if vec else 1)
+    ft, it, width = ("vf", "vi", c.vw) if vec else ("float", "int32_t", 1)
+    name = f"tile_{'v' if vec else 's'}{rows}"
+
+    def ld(ptr: str, off: str, t: str) -> str:
+        return f"*(const {t}u *)({ptr} + {off})" if vec else f"{ptr}[{off}]"
+
+    def splat(v: str) -> str:
+        return f"(({ft}){{0}} + {v})" if vec else v
+
+    out = [f"static void {name}(const float *{r} x, const int32_t *{r} qw, const float *{r} sc, const uint8_t *{r} zp,",
+           f"                   float *{r} y, int m, int n, int G, int r0, int c0) {{",
+           "  (void)m; (void)zp;"]
+    out += [f"  {ft} acc{i}_{j} = {splat('0.0f')};" for i in range(rows) for j in range(cols)]
+    out.append("  for (int g = 0; g < G; ++g) {")
+    if c.prefetch:
+        out.append("    if (g + PF_GROUPS < G) for (int i = 0; i < 16; ++i) "
+                   "__builtin_prefetch(qw + ((size_t)(g + PF_GROUPS) * 16 + i) * n + c0, 0, 0);")
+    for j in range(cols):
+        off = f"(size_t)g * n + c0 + {j * width}"
+        out.append(f"    const {ft} s{j} = {ld('sc', off, 'vf' if vec else '')};")
+        if c.zeros:
+            zs = (f"{{ for (int l = 0; l < VW; ++l) z{j}[l] = (float)zp[{off} + l]; }}" if vec else "")
+            out.append(f"    {ft} z{j}" + (f"; {zs}" if vec else f" = (float)zp[{off}];"))
+        else:
+            out.append(f"    const {ft} z{j} = {splat('8.0f')};")
+    if c.per_group:
+        out += [f"    {ft} gacc{i}_{j} = {splat('0.0f')};" for i in range(rows) for j in range(cols)]
+    out.append("    for (int i = 0; i < 16; ++i) {")
+    out.append("      const size_t k = (size_t)g * 128 + (size_t)i * 8;")
+    body = [f"const {it} w{j} = {ld('qw', f'((size_t)g * 16 + i) * n + c0 + {j * width}', 'vi' if vec else '')};"
+            for j in range(cols)]
+    body += [f"const float x{a}_{b} = x[(size_t)(r0 + {a}) * G * 128 + k + {b}];" for a in range(rows) for b in range(8)]
+    dst = "gacc" if c.per_group else "acc"
+    for tok in c.nibbles:  # value b of the word: unpack, then accumulate (the order is the sum's order)
+        b = int(tok[1])
+        for j in range(cols):
+            q = f"((w{j} >> {4 * b}) & 15)"
+            conv = f"__builtin_convertvector({q}, vf)" if vec else f"(float){q}"
+            body.append(f"const {ft} d{j}_{b} = ({conv} - z{j})" + ("" if c.per_group else f" * s{j}") + ";")
+        body += [f"{dst}{a}_{j} += x{a}_{b} * d{j}_{b};" for a in range(rows) for j in range(cols)]
+    out += [f"      {ln}" for ln in body]
+    out.append("    }")
+    if c.per_group:
+        out += [f"    acc{i}_{j} += gacc{i}_{j} * s{j};" for i in range(rows) for j in range(cols)]
+    out.append("  }")
+    for i in range(rows):
+        for j in range(cols):
+            dst = f"y + (size_t)(r0 + {i}) * n + c0 + {j * width}"
+            out.append(f"  *(vfu *)({dst}) = acc{i}_{j};" if vec else f"  *({dst}) = acc{i}_{j};")
+    return "\n".join(out) + "\n}\n"
+
+
+def _entry(c: W4Config) -> str:
+    vec_tiles = "n / (VW * COLS)" if c.vw > 1 else "0"
+    scalar = "tile_s"
+    call_v = ("if (rt == ROWS) tile_v{R}(x, qweight, scales, zeros, y, m, n, G, r0, ct * VW * COLS); "
+              "else for (int a = 0; a < rt; ++a) tile_v1(x, qweight, scales, zeros, y, m, n, G, r0 + a, ct * VW * COLS);")
+    call_s = (f"if (rt == ROWS) {scalar}{{R}}(x, qweight, scales, zeros, y, m, n, G, r0, cs); "
+              f"else for (int a = 0; a < rt; ++a) {scalar}1(x, qweight, scales, zeros, y, m, n, G, r0 + a, cs);")
+    task = ("    const int rt = m - r0 < ROWS ? m - r0 : ROWS;\n"
+            + ("    if (ct < NV) { " + call_v.format(R=c.rows) + " continue; }\n" if c.vw > 1 else "")
+            + "    const int cs = NV * VW * COLS + (ct - NV);\n    " + call_s.format(R=c.rows) + "\n")
+    out = ("void abebot_w4a16(const float *x, const int32_t *qweight, const float *scales, const uint8_t *zeros,\n"
+           "                  float *y, int m, int n, int G) {\n"
+           "  if (m <= 0 || n <= 0) return;\n"
+           f"  const int NV = {vec_tiles};  /* full vector tiles; the columns after them run one by one */\n"
+           "  const int CT = NV + (n - NV * VW * COLS), RT = (m + ROWS - 1) / ROWS;\n  (void)RT;\n")
+    pragma = (f"  #pragma omp parallel for num_threads({c.threads}) schedule({c.schedule}, {c.chunk})\n"
+              if c.threads > 1 else "")
+    if c.split == "cols":
+        return out + pragma + ("  for (int ct = 0; ct < CT; ++ct)\n  for (int r0 = 0; r0 < m; r0 += ROWS) {\n"
+                               + task + "  }\n}\n")
+    return out + pragma + ("  for (long w = 0; w < (long)RT * CT; ++w) {\n"
+                           "    const int r0 = (int)(w / CT) * ROWS, ct = (int)(w % CT);\n" + task + "  }\n}\n")
