@@ -119,9 +119,9 @@ def test_graph_timed_chunks_on_the_gpu_are_checked(kernel, ok):
     """Timed as a measurement in graph mode is (a pilot, then chunks that replay the graphs captured
     by the first): an honest kernel verifies -- the record of each case's last permutation follows
     the graphs -- and a cheat does not (it cannot be captured, and falls back to checked events)."""
-    from core.backends.torch_runtime import TorchCudaRuntime
+    from core.backends.cuda import CudaRuntime  # the shared CUDA runtime with a loader (the base is abstract)
 
-    runtime = TorchCudaRuntime(0)
+    runtime = CudaRuntime(0)
     workload = get_workload("gemm")
     harness = Harness(workload, _Template(), runtime, PROBLEM)
     cases = [harness.make_case(workload.shapes(PROBLEM)[0], s) for s in (1, 2, 3)]
