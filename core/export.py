@@ -75,7 +75,14 @@ def export_champions(run_dir: Path | str, out_dir: Path | str, which: str = "cha
 
 
 # What run_kernel.py imports, per backend (beside the copy of AbeBot's evaluation code it carries).
-_NEEDS = {"c": ("numpy",), "cuda": ("numpy", "cupy-cuda13x", "torch"), "triton": ("numpy", "torch", "triton")}
+def _needs(backend: str) -> tuple[str, ...]:
+    """The packages a backend's exported kernel imports, from the backend's capabilities."""
+    from core.backends import backend_class
+
+    cls = backend_class(backend)
+    if cls.device_kind == "cpu":
+        return ("numpy",)
+    return ("numpy", "torch", "triton") if cls.language == "python" else ("numpy", "cupy-cuda13x", "torch")
 
 
 def requirements_text(backend: str) -> str:
@@ -88,8 +95,12 @@ def requirements_text(backend: str) -> str:
                 pins[name] = line.strip()
     except OSError:
         pass
-    lines = [pins.get(name, name) for name in _NEEDS.get(backend, ("numpy",))]
-    note = "# and a C compiler with OpenMP (gcc) on the PATH\n" if backend == "c" else ""
+    try:
+        needs = _needs(backend)
+    except ValueError:  # an unknown backend name in an old configuration
+        needs = ("numpy",)
+    lines = [pins.get(name, name) for name in needs]
+    note = "# and a C compiler with OpenMP (gcc) on the PATH\n" if needs == ("numpy",) else ""
     return "# run_kernel.py's imports; install with: pip install -r requirements.txt\n" + note + "\n".join(lines) + "\n"
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from dashboard.settings import REPO_ROOT
 
-SUFFIX = {"c": ".c", "cuda": ".cu", "triton": ".py"}
 MAX_BYTES = 1 << 20  # a kernel source, not a data file
 TIMEOUT_S = 600
 
@@ -39,7 +38,7 @@ def save_upload(runs: Path, backend: str, data: bytes) -> Path:
         raise ValueError(f"the file is {len(data):,} bytes; a kernel source above {MAX_BYTES:,} is refused")
     folder = Path(runs).resolve() / ".check"
     folder.mkdir(exist_ok=True)
-    path = folder / f"upload-{secrets.token_hex(6)}{SUFFIX.get(backend, '.txt')}"
+    path = folder / f"upload-{secrets.token_hex(6)}{_suffix(backend)}"
     path.write_bytes(data)
     return path
 
@@ -56,3 +55,13 @@ def run_check(argv: list[str]) -> dict:
             result = None
     error = proc.stderr.strip().splitlines()[-1] if proc.returncode == 2 and proc.stderr.strip() else ""
     return {"exit": proc.returncode, "result": result, "report": proc.stderr if result else "", "error": error}
+
+
+def _suffix(backend: str) -> str:
+    """The source suffix the backend declares (".c", ".cu", ".py"); ".txt" for an unknown name."""
+    from core.backends import backend_class
+
+    try:
+        return backend_class(backend).source_suffix
+    except ValueError:
+        return ".txt"

@@ -215,8 +215,9 @@ def run_devices(cfg: RunConfig) -> list[int]:
     else its one ``device``; none for a run on a Dask cluster."""
     if cfg.cluster:
         return []
-    if cfg.devices and cfg.backend != "c":
-        from core.backends import backend_class
+    from core.backends import backend_class
+
+    if cfg.devices and backend_class(cfg.backend).device_kind != "cpu":
         from core.evaluation.devices import parse
 
         return parse(cfg.devices, len(backend_class(cfg.backend).devices())) or [cfg.device]

@@ -10,6 +10,7 @@ import os
 
 import streamlit as st
 
+from core.backends import backend_class
 from core.config import FIELDS, ConfigError
 from core.workloads import WORKLOADS, get_workload
 from dashboard import launch as L
@@ -68,7 +69,7 @@ if len(same_backend) > 1:  # several GPUs of this backend: spread the evaluation
                                format_func=lambda d: f"{d['backend']}:{d['index']}",
                                help=FIELDS_HELP["devices"])
     device_list = ",".join(str(d["index"]) for d in spread) if len(spread) > 1 else ""
-elif device["backend"] == "c":  # the CPU: its cores split into disjoint core sets, one sandbox each
+elif backend_class(device["backend"]).device_kind == "cpu":  # the CPU: its cores split into disjoint core sets, one sandbox each
     sets = right.number_input("CPU core sets", min_value=1, max_value=max(1, os.cpu_count() or 1), value=1, step=1,
                               key="launch_core_sets", help=FIELDS_HELP["devices"])
     device_list = ",".join(str(i) for i in range(int(sets))) if sets > 1 else ""

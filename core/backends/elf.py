@@ -14,7 +14,9 @@ from pathlib import Path
 
 # Sections that decide what runs: code, constants, initialised data, and CUDA's per-kernel
 # attributes (registers, parameter layout, shared memory).
-CODE_SECTIONS = (b".text", b".rodata", b".data", b".nv.constant", b".nv.info", b".nv.global.init", b".nv.shared")
+# The exported names (.dynstr) too: a twin must also export the entry the launch calls.
+CODE_SECTIONS = (b".text", b".rodata", b".data", b".dynstr", b".nv.constant", b".nv.info", b".nv.global.init",
+                 b".nv.shared")
 
 
 def sections(data: bytes) -> dict[bytes, bytes]:
