@@ -109,7 +109,8 @@ class Evaluator:
         request = {"op": "baseline", "seed": self._seed()}
         if not full:
             request["names"] = sorted(self._contenders)
-        replies = self.sandbox.each(lambda slot: request, timeout_s=max(120.0, 4 * self.config.timeout_s))
+        timeout_s = max(120.0, 4 * self.config.timeout_s)
+        replies = self.sandbox.each(lambda slot: self.sandbox.call(request, slot, timeout_s))
         for slot, r in replies.items():
             if r.get("status") != "ok":
                 raise RuntimeError(f"baseline measurement failed on {slot}: {r.get('status')}: {r.get('cause')}")
@@ -250,14 +251,7 @@ class Evaluator:
             ev = _record(key, kernel, "compile_error", first_error_line(error), compile_s=seconds, compile_log=error)
             return {slot: ev.copy(device=slot) for slot in self.sandbox.labels}
         seed = self._seed()
-        replies = {}
-        threads = [threading.Thread(target=lambda s=s: replies.__setitem__(s, self._measure(key, kernel, artifact, seconds, seed, s)))
-                   for s in self.sandbox.labels]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return {s: replies[s] for s in self.sandbox.labels}
+        return self.sandbox.each(lambda slot: self._measure(key, kernel, artifact, seconds, seed, slot))
 
     def _compiled(self, kernels: dict[str, KernelSource]):
         """Yield (key, (kernel, artifact or None, seconds, error log or None)) as each compile

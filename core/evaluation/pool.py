@@ -39,18 +39,17 @@ class SandboxPool:
         what the sandbox does."""
         return self.sandboxes[slot or self.labels[0]].call(request, timeout_s)
 
-    def each(self, request: Callable[[str], dict], timeout_s: float | None = None) -> dict[str, dict]:
-        """``request(slot)`` sent to every slot at once; slot -> reply."""
+    def each(self, run: Callable[[str], Any]) -> dict[str, Any]:
+        """``run(slot)`` for every slot at once (one thread each); slot -> result."""
         if len(self.labels) == 1:
-            return {self.labels[0]: self.call(request(self.labels[0]), timeout_s=timeout_s)}
-        replies: dict[str, dict] = {}
-        threads = [threading.Thread(target=lambda s=s: replies.__setitem__(s, self.call(request(s), s, timeout_s)))
-                   for s in self.labels]
+            return {self.labels[0]: run(self.labels[0])}
+        results: dict[str, Any] = {}
+        threads = [threading.Thread(target=lambda s=s: results.__setitem__(s, run(s))) for s in self.labels]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        return {s: replies[s] for s in self.labels}
+        return {s: results[s] for s in self.labels}
 
     def map(self, work: Iterable[Any], run: Callable[[Any, str], Any]) -> Iterable[Any]:
         """``run(item, slot)`` for every item of ``work`` (consumed as it comes: items may still be

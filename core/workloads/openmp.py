@@ -29,6 +29,13 @@ def vector_genes() -> tuple[ChoiceGene, ...]:
     )
 
 
+def vector_kind(memory_pattern: dict) -> str:
+    """The loop :func:`vector_genes` describe: "scalar" (width 1), "vector" (GCC vector types) or "simd"."""
+    if memory_pattern["vector_width"] == 1:
+        return "scalar"
+    return "vector" if memory_pattern["vectorize"] == "vector_ext" else "simd"
+
+
 def one_thread(**fixed) -> Callable[[Genome], Genome]:
     """threads = 1 renders no parallel region, so no ``omp for schedule(kind, chunk)`` is written:
     the ``parallel_config`` genes in ``fixed`` take their fixed values."""

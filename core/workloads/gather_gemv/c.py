@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.openmp import one_thread, scalar_width, thread_options, vector_genes
+from core.workloads.openmp import one_thread, scalar_width, thread_options, vector_genes, vector_kind
 from core.workloads.template import Template
 
 ENTRY = "abebot_gather_gemv"
@@ -97,7 +97,7 @@ class GatherConfig:
     @classmethod
     def from_genome(cls, g: Genome) -> "GatherConfig":
         p, m, rm = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["register_map"]
-        kind = "scalar" if m["vector_width"] == 1 else ("vector" if m["vectorize"] == "vector_ext" else "simd")
+        kind = vector_kind(m)
         return cls(threads=p["threads"], schedule=p["schedule"], chunk=p["chunk"], split=p["split"], kind=kind,
                    vw=m["vector_width"], restrict=m["pointer_hints"] == "restrict", rows=rm["rows"],
                    acc=rm["accumulators"], double=rm["acc_type"] == "double",

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.openmp import one_thread, row_parallel_genes, scalar_width, vector_genes
+from core.workloads.openmp import one_thread, row_parallel_genes, scalar_width, vector_genes, vector_kind
 from core.workloads.template import Template
 
 ENTRY = "abebot_silu_mul"
@@ -119,7 +119,7 @@ class SiluConfig:
     @classmethod
     def from_genome(cls, g: Genome) -> "SiluConfig":
         p, m, rm = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["register_map"]
-        kind = "scalar" if m["vector_width"] == 1 else ("vector" if m["vectorize"] == "vector_ext" else "simd")
+        kind = vector_kind(m)
         return cls(threads=p["threads"], schedule=p["schedule"], chunk=p["rows_per_chunk"], kind=kind,
                    vw=m["vector_width"], simd_pragma=m["vectorize"] == "omp_simd", streaming=m["store"] == "streaming",
                    restrict=m["pointer_hints"] == "restrict", unroll=rm["unroll"], exp=rm["exp"],
