@@ -1,21 +1,26 @@
 """CUDA C W4A16 template (header-free: bf16/fp16 travel as 16-bit integers; GPTQ int32 words).
 
-A block is ``threads / ksplit`` column threads by ``ksplit`` K lanes, over ``rows_per_block`` rows
-of x (grid: column tiles x row tiles). A column thread owns ``vec`` adjacent columns: for each
-group of 128 rows of K, its K lane takes every ``ksplit``-th of the group's 16 words, loads the
-``vec`` words of its columns in one access (coalesced along N) and the 8 matching x values of each
-row (one broadcast access), unpacks each value, subtracts the zero point and accumulates in float32;
-the K lanes add up through shared memory. Columns when N is not a multiple of ``vec`` (or a
-misaligned tensor) run one at a time.
+At M = 1 the kernel is a stream of 4-bit weights, so what decides its speed is how many bytes are
+in flight and how few instructions each weight costs. A block is ``threads / ksplit`` column
+threads by ``ksplit`` K lanes (column threads fastest, so a warp reads whole 32-byte sectors of
+several adjacent word rows); a column thread owns ``vec`` adjacent columns, and its K lane takes
+words ``ks, ks + ksplit, ...`` of the column's K / 8 words. It issues the loads of ``batch`` words
+before any of their math, multiplies each word's 8 values by x in float32 and adds the word's
+partial sum times its group's scale. The K lanes add up by warp shuffles, then across warps
+through shared memory, in a fixed order (deterministic). Rows of x are tiled ``rows_per_block`` to
+a block. Columns when N is not a multiple of ``vec`` (or a misaligned tensor) run one at a time.
 
 * parallel_config -- threads per block, K lanes per column (split-K inside the block), rows per block;
 * memory_pattern -- columns per thread (words per access), cache hints of the word loads (each
   word is read once: streaming, no L1 allocation, non-coherent) and of the x loads;
-* register_allocation -- the scale on each weight or on a per-group partial sum, ``#pragma
-  unroll`` of the word loop;
-* instruction_sequence -- the order of a word's 8 values (unpack and accumulate; the order of the
-  additions), whether the words or x are loaded first, and the dequantisation: ``cvt`` of the
-  integer, or the magic-number trick (``0x4B000000 | q`` read as a float is 2^23 + q).
+* register_allocation -- words in flight per thread, the scale on each word's partial sum or on
+  each weight, ``#pragma unroll`` of the batch loop;
+* instruction_sequence -- the order of a word's 8 values, whether a batch's x values are loaded
+  before its words or at each word's math, and the dequantisation: ``cvt`` of the shifted
+  nibble; the magic number (``0x4B000000 | q`` read as a float is 2^23 + q); or ``mask``: the
+  nibble masked in place (``0x4B000000 | (w & 15 << 4p)`` is 2^23 + q 16^p, exact for p <= 4;
+  the top three nibbles come from ``w >> 12``) with x pre-scaled by 16^-p, one instruction fewer
+  per weight than the magic number.
 """
 from __future__ import annotations
 
@@ -24,11 +29,11 @@ from typing import Any, Callable
 from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
 from core.workloads.template import Template
 
 NIBBLES = tuple(f"N{b}" for b in range(8))
-MAX_FLOATS = 96  # accumulators and x values per thread
+MAX_FLOATS = 128  # words, x values, accumulators and partial sums per thread
 SMEM_LIMIT = 48 * 1024  # static shared memory of the K-lane reduction
 
 
@@ -40,8 +45,8 @@ class CudaW4A16Template(Template):
     def gene_space(self) -> GeneSpace:
         groups = {
             "parallel_config": (
-                ChoiceGene("threads", (64, 128, 256, 512), "threads per block"),
-                ChoiceGene("ksplit", (1, 2, 4, 8, 16), "K lanes per column thread (they split a group's 16 words)"),
+                ChoiceGene("threads", (128, 256, 512, 1024), "threads per block"),
+                ChoiceGene("ksplit", (1, 2, 4, 8, 16, 32, 64, 128), "K lanes per column thread (split-K inside the block)"),
                 ChoiceGene("rows_per_block", (1, 2, 4, 8), "rows of x a block multiplies"),
             ),
             "memory_pattern": (
@@ -50,43 +55,44 @@ class CudaW4A16Template(Template):
                 ChoiceGene("x_load", ("", ".nc", ".L1::evict_last"), "cache hint of the x loads"),
             ),
             "register_allocation": (
-                MapGene("regs", (("scale", ("group", "weight")), ("unroll", (1, 2, 4))),
-                        "scale per group partial sum or per weight; word-loop unroll"),
+                ChoiceGene("batch", (1, 2, 4, 8), "words (of vec columns) loaded before their math"),
+                MapGene("regs", (("scale", ("word", "weight")), ("unroll", (1, 2))),
+                        "scale on each word's partial sum or on each weight; batch-loop unroll"),
             ),
             "instruction_sequence": (
                 SequenceGene("nibbles", NIBBLES, (), (), "the order of a word's 8 values"),
-                ChoiceGene("first", ("words", "x"), "which loads of a word come first"),
-                ChoiceGene("dequant", ("cvt", "magic"), "integer to float by cvt, or by the 2^23 magic number"),
+                ChoiceGene("first", ("words", "x"), "a batch's words first (x at each word's math), or its x first"),
+                ChoiceGene("dequant", ("cvt", "magic", "mask"), "nibble to float: cvt, 2^23 magic number, or masked in place"),
             ),
         }
 
         def fits(g: Genome) -> str | None:
-            p, v = g["parallel_config"], g["memory_pattern"]["vec"]
-            if p["threads"] // p["ksplit"] < 4:
-                return "fewer than 4 column threads per block"
+            p = g["parallel_config"]
+            if p["threads"] // p["ksplit"] < 2:
+                return "fewer than 2 column threads per block"
             if _floats(g) > MAX_FLOATS:
                 return f"{_floats(g)} floats per thread (> {MAX_FLOATS})"
-            if p["ksplit"] > 1 and 4 * p["threads"] * p["rows_per_block"] * v > SMEM_LIMIT:
-                return "the K-lane reduction does not fit in 48 KB of shared memory"
+            if _shared_bytes(g) > SMEM_LIMIT:
+                return f"the K-lane reduction needs {_shared_bytes(g)} B of shared memory (> {SMEM_LIMIT})"
             return None
 
-        # M = 1 at N = 8192: 64 columns per block -> 128 blocks for the H200's 132 SMs
-        seeds = ({"parallel_config": {"threads": 256, "ksplit": 8, "rows_per_block": 1},
-                  "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ""},
-                  "register_allocation": {"regs": {"scale": "group", "unroll": 1}},
-                  "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "magic"}},
-                 {"parallel_config": {"threads": 128, "ksplit": 1, "rows_per_block": 4},
-                  "memory_pattern": {"vec": 2, "w_load": ".nc.L1::no_allocate", "x_load": ".nc"},
-                  "register_allocation": {"regs": {"scale": "weight", "unroll": 2}},
-                  "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "cvt"}})
-        return GeneSpace(groups, (fits,), seeds, canonicalisers=(_one_word_per_lane,))
+        # M = 1 at N = 8192: 8 column threads x 64 K lanes, 32 columns a block -> 256 blocks, and
+        # 4 x 16 bytes in flight per thread (about 64 KB per SM at two blocks).
+        seeds = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
+                  "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
+                  "register_allocation": {"batch": 4, "regs": {"scale": "word", "unroll": 1}},
+                  "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "mask"}},
+                 {"parallel_config": {"threads": 256, "ksplit": 16, "rows_per_block": 4},
+                  "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ".nc"},
+                  "register_allocation": {"batch": 2, "regs": {"scale": "word", "unroll": 1}},
+                  "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic"}})
+        return GeneSpace(groups, (fits,), seeds)
 
     def render(self, genome: Genome) -> KernelSource:
         p, v = genome["parallel_config"], genome["memory_pattern"]["vec"]
-        launch = {"threads": p["threads"], "col_threads": p["threads"] // p["ksplit"], "vec": v,
-                  "rows_per_block": p["rows_per_block"]}
-        shared = 4 * p["threads"] * p["rows_per_block"] * v if p["ksplit"] > 1 else 0
-        resources = {"threads": p["threads"], "shared_bytes": shared,
+        col_threads = p["threads"] // p["ksplit"]
+        launch = {"threads": p["threads"], "col_threads": col_threads, "vec": v, "rows_per_block": p["rows_per_block"]}
+        resources = {"threads": p["threads"], "shared_bytes": _shared_bytes(genome),
                      "registers": min(255, 65536 // p["threads"], 40 + _floats(genome))}
         return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",), launch, resources)
 
@@ -102,18 +108,23 @@ class CudaW4A16Template(Template):
 TEMPLATE = CudaW4A16Template
 
 
-def _one_word_per_lane(g: Genome) -> Genome:
-    # 16 K lanes take one of a group's 16 words each: the word loop runs once, nothing to unroll.
-    if g["parallel_config"]["ksplit"] == 16:
-        g = with_gene(g, "register_allocation", "regs", 1, key="unroll")
-    return g
+def _shared_bytes(g: Genome) -> int:
+    """The reduction's floats: per K-lane group left after the in-warp shuffle (one per warp, or
+    per K lane when a K lane is a warp or more), per column thread, row and column."""
+    p = g["parallel_config"]
+    if p["ksplit"] == 1:
+        return 0
+    col_threads = p["threads"] // p["ksplit"]
+    groups = p["ksplit"] // max(1, 32 // col_threads)
+    return 4 * groups * col_threads * p["rows_per_block"] * g["memory_pattern"]["vec"]
 
 
 def _floats(g: Genome) -> int:
-    """Accumulators (twice with a group partial sum), and the 8 x values of every row."""
+    """Words in flight, x values (a batch's when loaded first), accumulators and partial sums."""
     rows, v = g["parallel_config"]["rows_per_block"], g["memory_pattern"]["vec"]
-    per_group = g["register_allocation"]["regs"]["scale"] == "group"
-    return rows * v * (2 if per_group else 1) + 8 * rows
+    batch = g["register_allocation"]["batch"]
+    x_words = batch if g["instruction_sequence"]["first"] == "x" else 1
+    return batch * v + 8 * rows * x_words + 2 * rows * v
 
 
 def _load(hint: str, what: str) -> str:
@@ -123,53 +134,58 @@ def _load(hint: str, what: str) -> str:
     else asm volatile("ld.global{hint}.u32 %0, [%1];" : "=r"(u[0]) : "l"({what}));"""
 
 
+def _dequant(method: str, b: int) -> str:
+    """(q - z) of value ``b`` of word ``wv`` (``wh`` = wv >> 12), times 16^p for ``mask`` (x is pre-scaled)."""
+    if method == "cvt":
+        return f"(float)((wv >> {4 * b}) & 15u) - z[e]"
+    if method == "magic":
+        return f"__int_as_float(0x4B000000u | ((wv >> {4 * b}) & 15u)) - zc[0][e]"
+    src, pos = ("wv", b) if b < 5 else ("wh", b - 3)
+    return f"__int_as_float(0x4B000000u | ({src} & {hex(15 << 4 * pos)}u)) - zc[{pos}][e]"
+
+
+def _mask_pos(b: int) -> int:
+    return b if b < 5 else b - 3
+
+
 def render_source(g: Genome, problem: dict) -> str:
-    p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
-    seq = g["instruction_sequence"]
-    dtype = problem["dtype"]
+    p, m = g["parallel_config"], g["memory_pattern"]
+    ra, seq = g["register_allocation"], g["instruction_sequence"]
+    dtype, method = problem["dtype"], seq["dequant"]
     T, to_f, from_f = SCALAR_TYPES[dtype]
-    elt = dtype_bytes(dtype)
-    group = r["scale"] == "group"
-    dst = "gacc" if group else "acc"
-    deq = ("__int_as_float(0x4B000000 | q) - 8388608.f" if seq["dequant"] == "magic" else "(float)q")
+    per_word = ra["regs"]["scale"] == "word"
+    x_first = seq["first"] == "x"
+    prescale = ("".join(f"o[{b}] *= {1.0 / 16 ** _mask_pos(b)!r}f; " for b in range(8) if _mask_pos(b))
+                if method == "mask" else "")
     steps = "".join(f"""
-            {{  // value {tok[1]} of each word
 #pragma unroll
-                for (int e = 0; e < V; ++e) {{
-                    const unsigned q = (w[e] >> {4 * int(tok[1])}) & 15u;
-                    const float d = ({deq} - z[e]){'' if group else ' * s[e]'};
+                for (int e = 0; e < V; ++e) {{  // value {tok[1]}
+                    const unsigned wv = w[u][e]{", wh = wv >> 12" if method == "mask" and int(tok[1]) >= 5 else ""};
+                    const float d = ({_dequant(method, int(tok[1]))}){'' if per_word else ' * s[e]'};
 #pragma unroll
-                    for (int a = 0; a < MT; ++a) {dst}[a][e] += xv[a][{tok[1]}] * d;
-                }}
-            }}""" for tok in seq["nibbles"])
-    load_w = "            unsigned w[V]; load_words<V>(qw + (long long)kw * N + c, w);"
-    load_x = ("            float xv[MT][8];\n#pragma unroll\n"
-              "            for (int a = 0; a < MT; ++a) load_x8(x + (long long)(m0 + a < M ? m0 + a : m0) * K + kw * 8, xv[a]);")
-    loads = f"{load_w}\n{load_x}" if seq["first"] == "words" else f"{load_x}\n{load_w}"
-    zero = ("for (int e = 0; e < V; ++e) z[e] = (float)zp[(long long)g * N + c + e];" if problem["zero_points"]
-            else "for (int e = 0; e < V; ++e) z[e] = 8.f;")
-    reduce = ("""
-    // the K lanes add up through shared memory; lane 0 stores
-    __shared__ float red[THREADS * MT * VEC];
+                    for (int a = 0; a < MT; ++a) part[a][e] = fmaf(xw[a][{tok[1]}], d, part[a][e]);
+                }}""" for tok in seq["nibbles"])
+    zero_of = ("(float)zp[(long long)grp * N + c + e]" if problem["zero_points"] else "8.f")
+    load_x = ("#pragma unroll\n            for (int a = 0; a < MT; ++a) load_x8(xr[a] + (long long)kw * 8, {dst}[a]);")
+    x_batch = ("""            float xb[B][MT][8];
 #pragma unroll
-    for (int a = 0; a < MT; ++a)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) red[(threadIdx.x * MT + a) * VEC + e] = acc[a][e];
-    __syncthreads();
-    if (ks != 0) return;
-    for (int l = 1; l < KSPLIT; ++l)
-#pragma unroll
-        for (int a = 0; a < MT; ++a)
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) acc[a][e] += red[((l * TC + tc) * MT + a) * VEC + e];""" if p["ksplit"] > 1 else "")
+            for (int u = 0; u < B; ++u) {
+                const int kw = min(j + u * KSPLIT, KW - 1);
+""" + load_x.format(dst="xb[u]") + "\n            }\n") if x_first else ""
+    x_word = ("                float (*xw)[8] = xb[u];" if x_first else
+              "                float xw[MT][8];\n    " + load_x.format(dst="xw"))
+    nz = 5 if method == "mask" else 1
     return f"""// AbeBot generated CUDA W4A16 ({dtype}, zero points: {problem['zero_points']}): y = x . ((q - z) * s)
 typedef {T} T;
 #define THREADS {p['threads']}
 #define KSPLIT {p['ksplit']}
 #define TC (THREADS / KSPLIT)
+#define KL (TC >= 32 ? 1 : 32 / TC)
+#define NG (KSPLIT / KL)
 #define MT {p['rows_per_block']}
 #define VEC {m['vec']}
-#define ELT {elt}
+#define B {ra['batch']}
+#define ELT {dtype_bytes(dtype)}
 
 static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
 static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
@@ -192,27 +208,46 @@ static __device__ __forceinline__ void load_x8(const T *p, float *o) {{
             else {{ o[2 * i] = to_f((T)(u[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(u[i] >> 16)); }}
         }}
     }}
+    {prescale}
 }}
 
-// columns [c, c + V) of rows [m0, m0 + MT): this K lane's share of every group
+// columns [c, c + V) of rows [m0, m0 + MT): words ks, ks + KSPLIT, ... of the K / 8
 template <int V>
 static __device__ __forceinline__ void run(const T *__restrict__ x, const int *__restrict__ qw, const T *__restrict__ sc,
                                            const unsigned char *__restrict__ zp, int M, int N, int G, int m0, int c, int ks,
                                            float (*acc)[VEC]) {{
-    const long long K = (long long)G * 128;
-    for (int g = 0; g < G; ++g) {{
-        float s[V], z[V];
+    const int KW = G * 16;
+    const T *xr[MT];
 #pragma unroll
-        for (int e = 0; e < V; ++e) s[e] = to_f(sc[(long long)g * N + c + e]);
+    for (int a = 0; a < MT; ++a) xr[a] = x + (long long)(m0 + a < M ? m0 + a : m0) * G * 128;
+#pragma unroll {ra['regs']['unroll']}
+    for (int j = ks; j < KW; j += KSPLIT * B) {{
+{x_batch}            unsigned w[B][V];
 #pragma unroll
-        {zero}
-        {"float gacc[MT][VEC] = {};" if group else ""}
-#pragma unroll {r['unroll']}
-        for (int i = ks; i < 16; i += KSPLIT) {{
-            const int kw = g * 16 + i;
-{loads}{steps}
-        }}
-        {"for (int a = 0; a < MT; ++a) for (int e = 0; e < V; ++e) acc[a][e] += gacc[a][e] * s[e];" if group else ""}
+            for (int u = 0; u < B; ++u) {{
+                const int kw = min(j + u * KSPLIT, KW - 1);  // (past the end: loaded, never used)
+                load_words<V>(qw + (long long)kw * N + c, w[u]);
+            }}
+#pragma unroll
+            for (int u = 0; u < B; ++u) {{
+                const int kw = j + u * KSPLIT;
+                if (kw >= KW) break;
+                const int grp = kw >> 4;
+                float s[V], z[V], zc[{nz}][V];
+#pragma unroll
+                for (int e = 0; e < V; ++e) {{
+                    s[e] = to_f(sc[(long long)grp * N + c + e]);
+                    z[e] = {zero_of};
+#pragma unroll
+                    for (int q = 0; q < {nz}; ++q) zc[q][e] = 8388608.f + z[e] * (float)(1 << (4 * q));
+                }}
+{x_word}
+                float part[MT][V] = {{}};{steps}
+#pragma unroll
+                for (int a = 0; a < MT; ++a)
+#pragma unroll
+                    for (int e = 0; e < V; ++e) acc[a][e] += {"part[a][e] * s[e]" if per_word else "part[a][e]"};
+            }}
     }}
 }}
 
@@ -226,7 +261,6 @@ abebot_w4a16(const T *__restrict__ x, const int *__restrict__ qw, const T *__res
     if (c0 < N) {{
         if (vec_ok) run<VEC>(x, qw, sc, zp, M, N, G, m0, c0, ks, acc);
         else {{
-            // one column at a time, each into its slot of acc
             for (int e = 0; e < VEC && c0 + e < N; ++e) {{
                 float one[MT][VEC] = {{}};
                 run<1>(x, qw, sc, zp, M, N, G, m0, c0 + e, ks, one);
@@ -234,7 +268,33 @@ abebot_w4a16(const T *__restrict__ x, const int *__restrict__ qw, const T *__res
                 for (int a = 0; a < MT; ++a) acc[a][e] = one[a][0];
             }}
         }}
-    }}{reduce}
+    }}
+#if KSPLIT > 1
+    // K lanes of a warp add up by shuffles (a warp holds KL of them), then the NG groups through
+    // shared memory in a fixed order; every thread reaches both, so no shuffle or barrier diverges
+#pragma unroll
+    for (int a = 0; a < MT; ++a)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+#pragma unroll
+            for (int off = TC; off < 32; off <<= 1) acc[a][e] += __shfl_xor_sync(0xffffffffu, acc[a][e], off);
+#if NG > 1
+    __shared__ float red[NG * TC * MT * VEC];
+    if (ks % KL == 0)
+#pragma unroll
+        for (int a = 0; a < MT; ++a)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) red[(((ks / KL) * TC + tc) * MT + a) * VEC + e] = acc[a][e];
+    __syncthreads();
+    if (ks != 0) return;
+    for (int l = 1; l < NG; ++l)
+#pragma unroll
+        for (int a = 0; a < MT; ++a)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[a][e] += red[((l * TC + tc) * MT + a) * VEC + e];
+#endif
+    if (ks != 0) return;
+#endif
     if (c0 >= N) return;
 #pragma unroll
     for (int a = 0; a < MT; ++a)
