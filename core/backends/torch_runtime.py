@@ -71,7 +71,7 @@ class TorchCudaRuntime(Runtime):
                 return self._time_graph(fn, reps, before)
             except Exception:  # capture failed this time: fall back to checked per-call events
                 self._captured = None
-                self.synchronize()
+                end_failed_capture()
         for i in range(warmup):
             before(i)
             fn(i)
@@ -84,7 +84,7 @@ class TorchCudaRuntime(Runtime):
                 graph = self._time_graph(fn, reps, before)
             except Exception:  # capture unsupported by this callable: keep the event timings
                 self._captured = None
-                self.synchronize()
+                end_failed_capture()
                 for i in range(GRAPH_CALLS):  # leave every case as an eager, logged launch left it
                     before(i)
                     fn(i)
@@ -107,6 +107,23 @@ class TorchCudaRuntime(Runtime):
             self._captured = None  # release the previous measurement's graphs before capturing
             held = self._captured = (fn, before, capture_graphs(fn, before))
         return replay_graphs(*held[2], reps)
+
+
+def end_failed_capture() -> None:
+    """Leave torch as a successful capture would. A capture that raised (a callable that syncs, as
+    a kernel reading its output on the host does) never reached the generators' capture epilogue,
+    so the default CUDA generator still believes it is capturing and the next eager draw raises
+    "Offset increment outside graph capture"; an empty capture runs the prologue and epilogue."""
+    import warnings
+
+    import torch
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "The CUDA Graph is empty"
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            pass
+    torch.cuda.synchronize()
 
 
 def _nothing(_i: int) -> None:

@@ -13,14 +13,18 @@ a block. Columns when N is not a multiple of ``vec`` (or a misaligned tensor) ru
 * parallel_config -- threads per block, K lanes per column (split-K inside the block), rows per block;
 * memory_pattern -- columns per thread (words per access), cache hints of the word loads (each
   word is read once: streaming, no L1 allocation, non-coherent) and of the x loads;
-* register_allocation -- words in flight per thread, the scale on each word's partial sum or on
-  each weight, ``#pragma unroll`` of the batch loop;
+* register_allocation -- words in flight per thread, whether the next batch's loads are issued
+  before this batch's math (double buffering), the scale on each word's partial sum or on each
+  weight, ``#pragma unroll`` of the batch loop;
 * instruction_sequence -- the order of a word's 8 values, whether a batch's x values are loaded
   before its words or at each word's math, and the dequantisation: ``cvt`` of the shifted
   nibble; the magic number (``0x4B000000 | q`` read as a float is 2^23 + q); or ``mask``: the
   nibble masked in place (``0x4B000000 | (w & 15 << 4p)`` is 2^23 + q 16^p, exact for p <= 4;
   the top three nibbles come from ``w >> 12``) with x pre-scaled by 16^-p, one instruction fewer
-  per weight than the magic number.
+  per weight than the magic number; or ``half2``: two values at a time into fp16x2 (lop3 makes
+  1024 + q, the way FasterTransformer and Marlin dequantise), multiplied by x rounded to fp16 into
+  an fp16x2 partial sum of the word that goes to float32 once. It halves the instructions per
+  weight; its range is fp16's (|x| < 65504), and verification decides whether its rounding passes.
 """
 from __future__ import annotations
 
@@ -56,13 +60,15 @@ class CudaW4A16Template(Template):
             ),
             "register_allocation": (
                 ChoiceGene("batch", (1, 2, 4, 8), "words (of vec columns) loaded before their math"),
+                ChoiceGene("pipeline", ("off", "next"), "the next batch's words loaded before this batch's math"),
                 MapGene("regs", (("scale", ("word", "weight")), ("unroll", (1, 2))),
                         "scale on each word's partial sum or on each weight; batch-loop unroll"),
             ),
             "instruction_sequence": (
                 SequenceGene("nibbles", NIBBLES, (), (), "the order of a word's 8 values"),
                 ChoiceGene("first", ("words", "x"), "a batch's words first (x at each word's math), or its x first"),
-                ChoiceGene("dequant", ("cvt", "magic", "mask"), "nibble to float: cvt, 2^23 magic number, or masked in place"),
+                ChoiceGene("dequant", ("cvt", "magic", "mask", "half2"),
+                           "nibble to float: cvt, 2^23 magic number, masked in place; or two at a time in fp16x2"),
             ),
         }
 
@@ -72,6 +78,8 @@ class CudaW4A16Template(Template):
                 return "fewer than 2 column threads per block"
             if _floats(g) > MAX_FLOATS:
                 return f"{_floats(g)} floats per thread (> {MAX_FLOATS})"
+            if g["instruction_sequence"]["dequant"] == "half2" and g["register_allocation"]["regs"]["scale"] == "weight":
+                return "half2 takes the scale on the word's partial sum (a scale in fp16 would be subnormal)"
             if _shared_bytes(g) > SMEM_LIMIT:
                 return f"the K-lane reduction needs {_shared_bytes(g)} B of shared memory (> {SMEM_LIMIT})"
             return None
@@ -80,12 +88,16 @@ class CudaW4A16Template(Template):
         # 4 x 16 bytes in flight per thread (about 64 KB per SM at two blocks).
         seeds = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
                   "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-                  "register_allocation": {"batch": 4, "regs": {"scale": "word", "unroll": 1}},
+                  "register_allocation": {"batch": 4, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
                   "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "mask"}},
                  {"parallel_config": {"threads": 256, "ksplit": 16, "rows_per_block": 4},
                   "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ".nc"},
-                  "register_allocation": {"batch": 2, "regs": {"scale": "word", "unroll": 1}},
-                  "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic"}})
+                  "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
+                  "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic"}},
+                 {"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
+                  "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
+                  "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
+                  "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2"}})
         return GeneSpace(groups, (fits,), seeds)
 
     def render(self, genome: Genome) -> KernelSource:
@@ -124,7 +136,8 @@ def _floats(g: Genome) -> int:
     rows, v = g["parallel_config"]["rows_per_block"], g["memory_pattern"]["vec"]
     batch = g["register_allocation"]["batch"]
     x_words = batch if g["instruction_sequence"]["first"] == "x" else 1
-    return batch * v + 8 * rows * x_words + 2 * rows * v
+    words = batch * v * (2 if g["register_allocation"]["pipeline"] == "next" else 1)
+    return words + 8 * rows * x_words + 2 * rows * v
 
 
 def _load(hint: str, what: str) -> str:
@@ -144,6 +157,60 @@ def _dequant(method: str, b: int) -> str:
     return f"__int_as_float(0x4B000000u | ({src} & {hex(15 << 4 * pos)}u)) - zc[{pos}][e]"
 
 
+def _load_batch(name: str, start: str) -> str:
+    """The loads of the B words from ``start`` (an index past the end loads the last word, never used)."""
+    decl = f"            unsigned {name}[B][V];\n" if name == "wn" else ""
+    return f"""{decl}#pragma unroll
+            for (int u = 0; u < B; ++u) {{
+                const int kw = min({start} + u * KSPLIT, KW - 1);
+                load_words<V>(qw + (long long)kw * N + c, {name}[u]);
+            }}
+"""
+
+
+def _copy_batch() -> str:
+    return """
+#pragma unroll
+            for (int u = 0; u < B; ++u)
+#pragma unroll
+                for (int e = 0; e < V; ++e) w[u][e] = wn[u][e];"""
+
+
+def _word_math(method: str, per_word: bool, order: tuple) -> str:
+    """One word's 8 values times x into ``part`` (float32 FMAs), or with ``half2`` two values at a
+    time: lop3 into fp16 1024 + q, minus 1024 + z, times a pair of x in an fp16x2 partial sum that
+    goes to float once per word."""
+    if method != "half2":
+        return "".join(f"""
+#pragma unroll
+                for (int e = 0; e < V; ++e) {{  // value {tok[1]}
+                    const unsigned wv = w[u][e]{", wh = wv >> 12" if method == "mask" and int(tok[1]) >= 5 else ""};
+                    const float d = ({_dequant(method, int(tok[1]))}){'' if per_word else ' * s[e]'};
+#pragma unroll
+                    for (int a = 0; a < MT; ++a) part[a][e] = fmaf(xw[a][{tok[1]}], d, part[a][e]);
+                }}""" for tok in order)
+    pairs = list(dict.fromkeys(int(tok[1]) % 4 for tok in order))
+    body = "".join(f"""
+                    {{  // values {i} and {i + 4}
+                        const unsigned d2 = hsub2(lop3_and_or(wv{f" >> {4 * i}" if i else ""}, 0x000F000Fu, 0x64006400u), c2);
+#pragma unroll
+                        for (int a = 0; a < MT; ++a) p2[a] = hfma2(xh[a][{i}], d2, p2[a]);
+                    }}""" for i in pairs)
+    return f"""
+                unsigned xh[MT][4];
+#pragma unroll
+                for (int a = 0; a < MT; ++a)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) xh[a][i] = pack_h2(xw[a][i], xw[a][i + 4]);
+#pragma unroll
+                for (int e = 0; e < V; ++e) {{
+                    const unsigned wv = w[u][e], c2 = pack_h2(1024.f + z[e], 1024.f + z[e]);
+                    unsigned p2[MT] = {{}};{body}
+#pragma unroll
+                    for (int a = 0; a < MT; ++a) part[a][e] = h2_sum(p2[a]);
+                }}"""
+
+
 def _mask_pos(b: int) -> int:
     return b if b < 5 else b - 3
 
@@ -154,17 +221,11 @@ def render_source(g: Genome, problem: dict) -> str:
     dtype, method = problem["dtype"], seq["dequant"]
     T, to_f, from_f = SCALAR_TYPES[dtype]
     per_word = ra["regs"]["scale"] == "word"
+    prefetch = ra["pipeline"] == "next"
     x_first = seq["first"] == "x"
     prescale = ("".join(f"o[{b}] *= {1.0 / 16 ** _mask_pos(b)!r}f; " for b in range(8) if _mask_pos(b))
                 if method == "mask" else "")
-    steps = "".join(f"""
-#pragma unroll
-                for (int e = 0; e < V; ++e) {{  // value {tok[1]}
-                    const unsigned wv = w[u][e]{", wh = wv >> 12" if method == "mask" and int(tok[1]) >= 5 else ""};
-                    const float d = ({_dequant(method, int(tok[1]))}){'' if per_word else ' * s[e]'};
-#pragma unroll
-                    for (int a = 0; a < MT; ++a) part[a][e] = fmaf(xw[a][{tok[1]}], d, part[a][e]);
-                }}""" for tok in seq["nibbles"])
+    steps = _word_math(method, per_word, seq["nibbles"])
     zero_of = ("(float)zp[(long long)grp * N + c + e]" if problem["zero_points"] else "8.f")
     load_x = ("#pragma unroll\n            for (int a = 0; a < MT; ++a) load_x8(xr[a] + (long long)kw * 8, {dst}[a]);")
     x_batch = ("""            float xb[B][MT][8];
@@ -189,6 +250,20 @@ typedef {T} T;
 
 static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
 static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
+
+// fp16x2 helpers of the half2 dequantisation: (hi, lo) packing, (a & b) | c, a - b, a * b + c, lo + hi
+static __device__ __forceinline__ unsigned pack_h2(float lo, float hi) {{
+    unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }}
+static __device__ __forceinline__ unsigned lop3_and_or(unsigned a, unsigned b, unsigned c) {{
+    unsigned r; asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }}
+static __device__ __forceinline__ unsigned hsub2(unsigned a, unsigned b) {{
+    unsigned r; asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }}
+static __device__ __forceinline__ unsigned hfma2(unsigned a, unsigned b, unsigned c) {{
+    unsigned r; asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }}
+static __device__ __forceinline__ float h2_sum(unsigned v) {{
+    float lo, hi;
+    asm("{{ .reg .f16 l, h; mov.b32 {{l, h}}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }}" : "=f"(lo), "=f"(hi) : "r"(v));
+    return lo + hi; }}
 
 // V adjacent words of one row of qweight
 template <int V> static __device__ __forceinline__ void load_words(const int *p, unsigned *u) {{
@@ -221,13 +296,9 @@ static __device__ __forceinline__ void run(const T *__restrict__ x, const int *_
 #pragma unroll
     for (int a = 0; a < MT; ++a) xr[a] = x + (long long)(m0 + a < M ? m0 + a : m0) * G * 128;
 #pragma unroll {ra['regs']['unroll']}
+{"    unsigned w[B][V];" + chr(10) + _load_batch("w", "ks") if prefetch else ""}
     for (int j = ks; j < KW; j += KSPLIT * B) {{
-{x_batch}            unsigned w[B][V];
-#pragma unroll
-            for (int u = 0; u < B; ++u) {{
-                const int kw = min(j + u * KSPLIT, KW - 1);  // (past the end: loaded, never used)
-                load_words<V>(qw + (long long)kw * N + c, w[u]);
-            }}
+{x_batch}{_load_batch("wn", "j + KSPLIT * B") if prefetch else "            unsigned w[B][V];" + chr(10) + _load_batch("w", "j")}
 #pragma unroll
             for (int u = 0; u < B; ++u) {{
                 const int kw = j + u * KSPLIT;
@@ -247,7 +318,7 @@ static __device__ __forceinline__ void run(const T *__restrict__ x, const int *_
                 for (int a = 0; a < MT; ++a)
 #pragma unroll
                     for (int e = 0; e < V; ++e) acc[a][e] += {"part[a][e] * s[e]" if per_word else "part[a][e]"};
-            }}
+            }}{_copy_batch() if prefetch else ""}
     }}
 }}
 
