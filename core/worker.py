@@ -351,6 +351,7 @@ def _row(generation: int, ind: Individual) -> dict:
         "phases": _json_text(m.get("phases")), "determinism": m.get("determinism"), "steadiness": m.get("steadiness"),
         "error_margin": m.get("error_margin"), "shape_errors": _json_list(m.get("shape_errors")),
         "device": m.get("device") or None, "device_time_us": m.get("device_time_us"),
+        "repack_us": m.get("repack_us"),
         **{f"{name}_term": term for name, term in ind.terms.items()},
     }
 

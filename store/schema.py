@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class StoreError(Exception):
@@ -55,10 +55,13 @@ _INDIVIDUALS_V2 = _cols("time_samples_us VARCHAR, remeasured BOOLEAN, phases VAR
 # Version 3, several devices (core/evaluation/devices.py): the slot that measured the genome last
 # ("cuda:1", "c:0") and its time there; ``time_us`` is scaled to the run's first slot.
 _INDIVIDUALS_V3 = _cols("device VARCHAR, device_time_us DOUBLE")
+# Version 4, weights repacked by the template (core/workloads/template.py, ``repack``): the one-time
+# repack's time in microseconds, apart from ``time_us``; null when the kernel reads the canonical layout.
+_INDIVIDUALS_V4 = _cols("repack_us DOUBLE")
 _INDIVIDUALS_TAIL = _cols(
     "pareto_rank BIGINT, source_hash VARCHAR, compile_s DOUBLE, eval_s DOUBLE,"
     "max_abs_err DOUBLE, rel_err DOUBLE, resources JSON, reused BOOLEAN"
-) + _INDIVIDUALS_V2 + _INDIVIDUALS_V3
+) + _INDIVIDUALS_V2 + _INDIVIDUALS_V3 + _INDIVIDUALS_V4
 
 
 def term_names(config: Mapping | None) -> tuple[str, ...]:
@@ -106,7 +109,8 @@ GENERATIONS = _cols(
 # Version 3: each device's baseline in the generation (slot -> time of the primary), JSON text.
 _GENERATIONS_V3 = _cols("baseline_devices VARCHAR")
 GENERATIONS = GENERATIONS + _GENERATIONS_V3
-ADDED = {"individuals": _INDIVIDUALS_V2 + _INDIVIDUALS_V3, "generations": _GENERATIONS_V2 + _GENERATIONS_V3}
+ADDED = {"individuals": _INDIVIDUALS_V2 + _INDIVIDUALS_V3 + _INDIVIDUALS_V4,
+         "generations": _GENERATIONS_V2 + _GENERATIONS_V3}
 # ``generation`` is the generation that first used the kernel: it partitions live/kernels/.
 KERNELS = _cols(
     "source_hash VARCHAR, generation BIGINT, backend VARCHAR, entry VARCHAR, source VARCHAR, flags JSON,"

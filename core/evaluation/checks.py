@@ -8,6 +8,9 @@ Before each launch (``before``):
   spec's ``perturbation`` dimension (rows, tokens, M), so that a kernel memoising by address or by
   a fingerprint of its inputs returns a stale answer. Permuting rows permutes the outputs' rows, so
   the reference of every variant is the case's float64 reference, permuted: nothing is recomputed.
+  The workload's weights never span that dimension (the harness refuses a workload whose do), so
+  they are only ever restored, never changed: a template's repacked copy of them, made once per
+  case, stays right for every launch. It is restored from its own pristine copy too, like the inputs.
 
 After each launch (``after``), on the device and without a host sync, every output is compared in
 full with the permuted reference (elements not finite, elements beyond tolerance: two device
@@ -77,6 +80,7 @@ class LaunchChecks:
                     self.a.copy_into(case.data[t.name], case.pristine[t.name])
                 else:
                     self.a.take_into(case.data[t.name], case.pristine[t.name], row, axis)
+        self.h.restore_packed(case)
         self._current = (ci, row)
         self.last[ci] = row
 

@@ -30,7 +30,7 @@ TWINS_KEPT = 4096  # measurements remembered by machine code, for sources that c
 FULL_TIMING_EVERY = 9  # baseline timings (3 a generation) between two that time every baseline
 CONTENDER_RATIO = 1.5  # a baseline this much slower than the fastest is timed only in full timings
 MEASURES = ("time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes", "stability",
-            "determinism", "steadiness", "error_margin", "max_abs_err", "rel_err")
+            "determinism", "steadiness", "error_margin", "max_abs_err", "rel_err", "repack_us")
 
 
 class Evaluator:

@@ -8,13 +8,18 @@ tensors for one shape:
   write just outside the output changes a guard;
 * ``inout`` tensors (updated in place) drawn like inputs and copied into such a buffer;
 * pristine copies of every input, to catch a kernel that writes its inputs;
-* the float64 reference, computed on the same device from the pristine inputs.
+* the float64 reference, computed on the same device from the pristine inputs;
+* per kernel, what its template's ``repack`` made from copies of the workload's declared weights
+  (only those: never the activations), with pristine copies of it. It is made once, before the
+  kernel's first launch on the case, timed apart (synchronised wall time) and never inside a timed
+  launch; the reference stays the one computed from the canonical weights.
 
-The checks are: guards intact, inputs unchanged, then each output against the reference with the
-spec's tolerance for its dtype and shape.
+The checks are: guards intact, inputs and repacked weights unchanged, then each output against the
+reference with the spec's tolerance for its dtype and shape.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,16 +37,22 @@ class Case:
     pristine: dict = field(default_factory=dict)
     expected: dict = field(default_factory=dict)
     bound: dict = field(default_factory=dict)  # id(kernel) -> launcher from Template.bind
+    packed: dict = field(default_factory=dict)  # id(kernel) -> {name: tensor} from Template.repack
+    packed_pristine: dict = field(default_factory=dict)  # id(kernel) -> copies of ``packed``
 
 
 class Harness:
-    """Cases, launches and checks for ``workload`` through ``template`` on ``runtime``."""
+    """Cases, launches and checks for ``workload`` through ``template`` on ``runtime``.
+
+    ``repacks`` collects (shape, seconds) of every repack made, for the protocol to report."""
 
     def __init__(self, workload: Any, template: Any, runtime: Runtime, problem: dict):
         self.workload, self.template, self.runtime, self.problem = workload, template, runtime, problem
         self.arrays = runtime.arrays
         self.tensors = workload.tensors(problem)
         self.written = [t for t in self.tensors if t.written]
+        self.weights = _weights(workload, problem, self.tensors)
+        self.repacks: list[tuple[dict, float]] = []
 
     # -- cases -----------------------------------------------------------------------------------
     def make_case(self, shape: dict, seed: int) -> Case:
@@ -71,16 +82,57 @@ class Harness:
                 self.arrays.copy_into(case.data[t.name], case.pristine[t.name])
 
     # -- launches --------------------------------------------------------------------------------
-    def launch(self, kernel: Any, case: Case) -> None:
-        """One launch of ``kernel`` on ``case`` (asynchronous on a GPU)."""
+    def prepare(self, kernel: Any, case: Case) -> Callable[[], Any]:
+        """``kernel``'s launcher on ``case``: the repack (once, timed apart), then ``bind``. Call it
+        before timing, so that neither lands in a timed launch (or a captured graph)."""
         fn = case.bound.get(id(kernel))
         if fn is None:
-            fn = case.bound[id(kernel)] = self.template.bind(kernel, case.data, case.shape)
-        fn()
+            packed = self._repack(kernel, case)
+            fn = case.bound[id(kernel)] = self.template.bind(kernel, {**case.data, **packed}, case.shape)
+        return fn
+
+    def launch(self, kernel: Any, case: Case) -> None:
+        """One launch of ``kernel`` on ``case`` (asynchronous on a GPU)."""
+        self.prepare(kernel, case)()
+
+    def _repack(self, kernel: Any, case: Case) -> dict:
+        repack = getattr(self.template, "repack", None)
+        if repack is None or not self.weights:
+            return {}
+        a = self.arrays
+        # Copies: the repack cannot keep a handle on, or write, the buffers the kernel is checked on.
+        weights = {name: a.clone(case.pristine[name]) for name in self.weights}
+        a.synchronize()
+        t0 = time.perf_counter()
+        packed = repack(kernel, a, weights, dict(case.shape)) or {}
+        a.synchronize()
+        seconds = time.perf_counter() - t0
+        if not isinstance(packed, dict):
+            raise TypeError(f"repack returned {type(packed).__name__}, not a dict of tensors by name")
+        clash = sorted(set(packed) & set(case.data))
+        if clash:
+            raise ValueError(f"repack returned {clash[0]!r}, a name of the workload's own tensors")
+        if packed:
+            case.packed[id(kernel)] = packed
+            case.packed_pristine[id(kernel)] = {name: a.clone(x) for name, x in packed.items()}
+            self.repacks.append((dict(case.shape), seconds))
+        return packed
+
+    def restore_packed(self, case: Case) -> None:
+        """Rewrite every repacked tensor of ``case`` from its pristine copy, as inputs are before a
+        timed launch: no launch can leave state in them for the next one."""
+        for key, packed in case.packed.items():
+            for name, x in packed.items():
+                self.arrays.copy_into(x, case.packed_pristine[key][name])
+
+    def packed_bytes(self, kernel: Any, case: Case) -> int:
+        """Bytes of what the repack of ``kernel`` made on ``case`` (0 when it made nothing)."""
+        return sum(int(self.arrays.nbytes(x)) for x in case.packed.get(id(kernel), {}).values())
 
     # -- checks ----------------------------------------------------------------------------------
     def check(self, case: Case) -> CheckResult:
-        """Guards, unchanged inputs, then every output within tolerance of the reference."""
+        """Guards, unchanged inputs and repacked weights, then every output within tolerance of the
+        reference (computed from the canonical weights)."""
         a = self.arrays
         a.synchronize()
         for t in self.written:
@@ -89,6 +141,10 @@ class Harness:
         for t in self.tensors:
             if not t.written and not a.same_bits(case.data[t.name], case.pristine[t.name]):
                 return CheckResult(False, "input_modified", detail=f"input {t.name!r} changed")
+        for key, packed in case.packed.items():
+            for name, x in packed.items():
+                if not a.same_bits(x, case.packed_pristine[key][name]):
+                    return CheckResult(False, "input_modified", detail=f"repacked weight {name!r} changed")
         worst = CheckResult(True)
         for t in self.written:
             atol, rtol = self.workload.tolerance(t.dtype_in(self.problem), case.shape)
@@ -146,3 +202,18 @@ class Harness:
         r = dict(artifact.resources)
         r.update(getattr(kernel, "resources", None) or {})
         return int(r.get("registers", 0)) * int(r.get("threads", 0)) * 4 + int(r.get("shared_bytes", 0))
+
+
+def _weights(workload: Any, problem: dict, tensors: list) -> tuple[str, ...]:
+    """The workload's declared weights, refused unless the launch checks keep each one fixed."""
+    declared = getattr(workload, "weights", None)
+    names = tuple(declared(problem)) if declared else ()
+    by_name = {t.name: t for t in tensors}
+    key = workload.perturbation(problem) if hasattr(workload, "perturbation") else None
+    for name in names:
+        t = by_name.get(name)
+        if t is None or t.role != "input":
+            raise ValueError(f"{workload.name}: weight {name!r} is not one of its input tensors")
+        if key and key in t.dims:  # permuted between timed launches: a repack made once would go stale
+            raise ValueError(f"{workload.name}: weight {name!r} spans {key!r}, along which inputs are permuted")
+    return names

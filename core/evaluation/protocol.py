@@ -2,7 +2,8 @@
 load -> verify on every shape with fresh random inputs -> time, with every timed launch poisoned,
 fed freshly permuted inputs and checked (:mod:`core.evaluation.checks`) -> the physical floor
 (:mod:`core.evaluation.rooflines`) -> stability (repeated launches, bit-compared on the device)
--> memory.
+-> memory. A template that repacks the weights does so once per case, before the case's first
+launch; its time is reported apart (``repack_us``) and its bytes count as memory.
 
 Also times the library baselines the same way, on the same cases. Every status but ``ok`` is
 lethal; ``cause`` says why in one line.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import statistics
 import time
 import traceback
 from dataclasses import asdict
@@ -97,6 +99,7 @@ class Protocol:
         result: dict[str, Any] = {"status": "ok", "cause": "", "max_abs_err": 0.0, "rel_err": 0.0}
         seconds: dict[str, float] = {}
         kernel = case = None  # set by the load and stability stages; the later lambdas read them
+        self.harness.repacks.clear()
         stages: list[tuple[str, Callable[[], Any]]] = [
             ("load", lambda: self.runtime.load(artifact)),
             ("verification", lambda: self._verify(kernel, rng, result)),
@@ -121,6 +124,7 @@ class Protocol:
             status = "unstable" if stage == "stability" else "crashed"
             result.update(status=status, cause=one_line(f"{stage}: {type(exc).__name__}: {exc}"),
                           restart=self.backend.sticky_errors)
+        self._repack_times(result, seconds)
         result["stages_s"] = seconds
         print(f"[sandbox] {artifact.source_hash[:12]} {result['status']} "
               + " ".join(f"{k}={v:.3f}s" for k, v in seconds.items()), flush=True)
@@ -128,12 +132,24 @@ class Protocol:
 
     def _memory(self, kernel: Any, artifact: Artifact, case: Any, result: dict) -> None:
         """Inputs and outputs plus the larger of the declared workspace and what one launch was seen
-        to allocate. Registers and shared memory are on-chip limits, reported apart, not bytes."""
+        to allocate, plus the weights the template repacked for the kernel. Registers and shared
+        memory are on-chip limits, reported apart, not bytes."""
         declared = int(self.harness.extra_memory_bytes(kernel, artifact, case))
         seen = int(self.arrays.peak_extra_bytes(lambda: self.harness.launch(kernel, case)))
-        extra = max(declared, seen)
+        # The repacked weights live beside the canonical ones, made before the launch seen here.
+        extra = max(declared, seen) + int(self.harness.packed_bytes(kernel, case))
         onchip = int(self.harness.onchip_bytes(artifact, kernel))
         result.update(extra_bytes=extra, onchip_bytes=onchip, memory_bytes=self.io_bytes + extra)
+
+    def _repack_times(self, result: dict, seconds: dict) -> None:
+        """The template's one-time repack, apart from the launches: ``repack_us``, the median over the
+        main shape's cases, and the ``repack`` phase, every repack's seconds (within the other phases)."""
+        if not self.harness.repacks:
+            return
+        main = [s for shape, s in self.harness.repacks if shape == self.main]
+        if main:
+            result["repack_us"] = statistics.median(main) * 1e6
+        seconds["repack"] = sum(s for _, s in self.harness.repacks)
 
     def _verify(self, kernel: Any, rng: random.Random, result: dict) -> None:
         """Every shape once, the main shape twice, each on fresh inputs; first failure is the verdict.
@@ -164,6 +180,8 @@ class Protocol:
     def _benchmark(self, kernel: Any, rng: random.Random, result: dict) -> None:
         """Time with every launch checked; then the floor: faster than physics is ``suspect``."""
         cases = self._timing_cases(rng)
+        for c in cases:  # repack and bind now: neither belongs in a timed launch
+            self.harness.prepare(kernel, c)
         checks = LaunchChecks(self.harness, cases, rng.getrandbits(31))
         times = self._time(lambda c: self.harness.launch(kernel, c), cases, checks)
         result["time_us"], result["time_spread_us"] = median_iqr_us(times)

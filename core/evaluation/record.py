@@ -19,6 +19,10 @@ class Evaluation:
     (share of repeated launches bit-identical to the first), ``steadiness`` (1 - timing IQR / median)
     and ``error_margin`` (1 - the largest share of its tolerance any element used). Measurements are
     None when the candidate died before them.
+
+    ``repack_us``: the template's one-time repacking of the weights into the kernel's own layout
+    (median over the timed shape's cases, synchronised wall time), outside ``time_us``; None when the
+    kernel reads the canonical layout. The repacked bytes are part of ``extra_bytes``.
     """
 
     genome_hash: str
@@ -45,10 +49,13 @@ class Evaluation:
     launch: dict = field(default_factory=dict)
     compile_log: str = ""
     shape_errors: list = field(default_factory=list)  # [{"shape", "max_abs_err", "rel_err", "margin_used"}]
-    phases: dict = field(default_factory=dict)  # seconds per phase: compile, load, verification, timing, stability, memory
+    # seconds per phase: compile, load, verification, timing, stability, memory; and repack, every
+    # repack's seconds, spent within verification, timing and stability
+    phases: dict = field(default_factory=dict)
     device: str = ""  # the slot that measured it ("cuda:1", "c:0")
     device_time_us: float | None = None  # its time on that device; ``time_us`` is scaled to the first slot's
     same_code_as: str = ""  # the source hash of a twin measured before: same machine code and launch
+    repack_us: float | None = None  # the one-time weight repack, timed apart (see above)
 
     @property
     def ok(self) -> bool:

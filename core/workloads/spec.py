@@ -12,7 +12,8 @@ subclass, written once for every backend:
 * ``tolerance(dtype, shape)`` -- (atol, rtol) of ``|out - ref| <= atol + rtol |ref|``;
 * ``baselines(arrays)`` -- the library paths timed beside the kernels, in the array library of the
   backend ("numpy" or "torch"); the fastest one that verifies normalises fitness;
-* ``flops(shape, problem)`` -- for the compute roofline; bytes come from the tensors.
+* ``flops(shape, problem)`` -- for the compute roofline; bytes come from the tensors;
+* ``weights(problem)`` -- the inputs a template may repack once into its own layout (default none).
 
 Next to it, one template per backend (``<family>/<backend>.py``, see :mod:`core.workloads.template`)
 holds the gene space, ``render`` and how to launch. Registering the family in
@@ -205,6 +206,15 @@ class Workload(ABC):
     @abstractmethod
     def flops(self, shape: dict, problem: dict) -> float:
         """Arithmetic operations of one call (for the compute roofline)."""
+
+    def weights(self, problem: dict) -> tuple[str, ...]:
+        """Names of the input tensors that are a model's fixed weights, the same for every call: a
+        template may repack these once into its own layout (:meth:`Template.repack
+        <core.workloads.template.Template.repack>`), and only these reach its repack, never an input
+        that changes per call (activations). Each must be an ``input`` without the
+        :meth:`perturbation` dimension, so the launch checks never change it between launches.
+        Default: none, nothing may be repacked."""
+        return ()
 
     def perturbation(self, problem: dict) -> str | None:
         """The shape key along which permuting the inputs permutes the outputs the same way (the

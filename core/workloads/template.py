@@ -8,7 +8,11 @@ A template holds only what is particular to its backend:
   zero-argument callable with everything (pointers, grid, workspace) worked out, so the timed
   launches pay only for the call itself;
 * ``extra_bytes(kernel, artifact, shape)`` -- workspace beyond inputs and outputs (default: the
-  rendered estimate ``resources["workspace_bytes"]``).
+  rendered estimate ``resources["workspace_bytes"]``);
+* ``repack(kernel, arrays, weights, shape)`` -- a one-time repacking of the workload's weights
+  into the kernel's own layout, as Marlin does (default: none). The harness runs it once per case,
+  outside the timed launches, times it apart, counts the new tensors' bytes as the kernel's memory
+  and hands them to ``bind`` beside the case's tensors.
 
 Inputs, references, tolerances, baselines, poisoning and timing belong to the workload spec and to
 :mod:`core.evaluation`, written once for every template.
@@ -45,6 +49,17 @@ class Template(ABC):
     def extra_bytes(self, kernel: Any, artifact: Artifact, shape: dict) -> int:
         """Bytes the kernel needs beyond its inputs and outputs (workspaces, packed copies)."""
         return int(artifact.resources.get("workspace_bytes", 0))
+
+    def repack(self, kernel: Any, arrays: Any, weights: dict, shape: dict) -> dict:
+        """New tensors by name, made once from ``weights`` for ``kernel`` (what the runtime loaded;
+        its ``launch_params`` say which layout it reads), in ``arrays``' library; {} for none.
+
+        ``weights`` holds copies of the tensors the workload declares as weights
+        (:meth:`Workload.weights <core.workloads.spec.Workload.weights>`), and nothing else: a repack
+        never sees the activations, so it cannot precompute an output. The new tensors reach
+        :meth:`bind` in ``t`` under their own names (which must not be the spec's), must come back
+        unchanged from every launch, and their bytes count as the kernel's memory."""
+        return {}
 
     def resource_violation(self, kernel: KernelSource) -> str | None:
         """A reason when the static estimate exceeds the device (immediate death), else None."""

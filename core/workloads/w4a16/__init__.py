@@ -104,6 +104,11 @@ class W4A16Workload(Workload):
         x = t["x"]
         return {"y": x.reshape(x.shape[0], -1) @ w}
 
+    def weights(self, problem: dict) -> tuple[str, ...]:
+        """The quantised weights, scales and zero points: a template may repack them (Marlin's
+        layout, the C template's panels); the activations ``x`` never reach a repack."""
+        return tuple(t.name for t in self.tensors(problem) if t.name in ("qweight", "scales", "zeros"))
+
     def perturbation(self, problem: dict) -> str | None:
         return "m"
 

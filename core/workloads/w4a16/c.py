@@ -8,8 +8,10 @@ point) once for all its rows, and multiplies them in. The genome picks:
 
 * parallel_config -- OpenMP threads, schedule and chunk, and what the parallel loop runs over:
   column tiles (rows inside), or (row tile, column tile) pairs;
-* memory_pattern -- vector width (GCC vector extensions; 1 is scalar), ``restrict``, and a
-  prefetch of the words 0, 1 or 2 groups ahead;
+* memory_pattern -- vector width (GCC vector extensions; 1 is scalar), ``restrict``, a prefetch
+  of the words 0, 1 or 2 groups ahead, and the weight layout the kernel reads: GPTQ's own words, or
+  ``panels``, the words repacked once (:meth:`CW4A16Template.repack`) so that each tile's columns
+  have their words contiguous along K (one sequential stream per tile instead of 16 rows N apart);
 * register_allocation -- rows and column vectors per tile (unpacked weights reused from registers
   across rows), and whether the scale multiplies each weight or a per-group partial sum;
 * instruction_sequence -- the order in which a word's 8 values are unpacked and accumulated
@@ -29,6 +31,8 @@ from core.workloads.template import Template
 ENTRY = "abebot_w4a16"
 ARGTYPES = ("ptr", "ptr", "ptr", "ptr", "ptr", "int", "int", "int")  # x, qweight, scales, zeros, y, m, n, k_groups
 NIBBLES = tuple(f"N{b}" for b in range(8))  # the 8 values of a word, b = 0 in the lowest bits
+LAYOUTS = ("gptq", "panels")
+PANELS = "qweight_panels"  # the repacked words' name in bind()'s tensors
 
 
 class CW4A16Template(Template):
@@ -48,6 +52,8 @@ class CW4A16Template(Template):
             ChoiceGene("vector_width", (1, 4, 8, 16), "columns per vector (GCC vector extensions; 1 = scalar)"),
             ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified pointers"),
             ChoiceGene("prefetch", (0, 1, 2), "prefetch the words this many groups ahead (0 = none)"),
+            ChoiceGene("layout", LAYOUTS, "the words as GPTQ packs them, or repacked once into column panels "
+                                          "contiguous along K"),
         )
         registers = (MapGene("register_map", (("rows", (1, 2, 4)), ("cols", (1, 2)), ("scale", ("group", "weight"))),
                              "rows and column vectors per tile; scale each weight or each group's partial sum"),)
@@ -60,12 +66,35 @@ class CW4A16Template(Template):
     def render(self, genome: Genome) -> KernelSource:
         cfg = W4Config.from_genome(genome, bool(self.problem["zero_points"]))
         return KernelSource(backend="c", source=render_source(cfg), entry=ENTRY, flags=("-std=gnu11",),
-                            launch={"argtypes": ARGTYPES, "threads": cfg.threads, "vector_width": cfg.vw},
+                            launch={"argtypes": ARGTYPES, "threads": cfg.threads, "vector_width": cfg.vw,
+                                    "layout": cfg.layout, "panel_cols": cfg.panel},
                             resources={"workspace_bytes": 0, "threads": cfg.threads})
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
-        return kernel.bind(t["x"], t["qweight"], t["scales"], t.get("zeros"), t["y"], shape["m"], shape["n"],
-                           shape["k_groups"])
+        # A panels kernel reads its repacked words through the qweight argument.
+        return kernel.bind(t["x"], t.get(PANELS, t["qweight"]), t["scales"], t.get("zeros"), t["y"], shape["m"],
+                           shape["n"], shape["k_groups"])
+
+    def repack(self, kernel: Any, arrays: Any, weights: dict, shape: dict) -> dict:
+        """``{"qweight_panels": ...}`` for a kernel whose launch says ``layout: panels``, else {}."""
+        lp = kernel.launch_params
+        if lp.get("layout", "gptq") != "panels":
+            return {}
+        return {PANELS: panels(weights["qweight"], int(lp["panel_cols"]))}
+
+
+def panels(qweight: Any, p: int) -> Any:
+    """GPTQ words (k_groups, 16, n) as flat int32 column panels: the first ``n // p * p`` columns in
+    panels of ``p``, each panel's (16 k_groups, p) words row-major, then every column left over alone
+    (a panel of 1). Word ``kw = 16 g + i`` of column ``c0 + j`` of a panel of width W starting at
+    column c0 is at ``c0 * 16 k_groups + kw * W + j``: a tile reads its columns' words in one stream."""
+    import numpy as np
+
+    g, per, n = qweight.shape
+    words = qweight.reshape(g * per, n)
+    head = n // p * p
+    blocks = words[:, :head].reshape(g * per, n // p, p).transpose(1, 0, 2)
+    return np.ascontiguousarray(np.concatenate([blocks.reshape(-1), words[:, head:].T.reshape(-1)]))
 
 
 TEMPLATE = CW4A16Template
@@ -82,13 +111,13 @@ def seed_genomes(cores: int) -> tuple[dict, ...]:
     """A scalar one-column kernel on one thread, and a vectorised, threaded 2-row one."""
     naive = {
         "parallel_config": {"threads": 1, "schedule": "static", "chunk": 1, "split": "cols"},
-        "memory_pattern": {"vector_width": 1, "pointer_hints": "none", "prefetch": 0},
+        "memory_pattern": {"vector_width": 1, "pointer_hints": "none", "prefetch": 0, "layout": "gptq"},
         "register_allocation": {"register_map": {"rows": 1, "cols": 1, "scale": "weight"}},
         "instruction_sequence": {"nibbles": list(NIBBLES)},
     }
     fast = {
         "parallel_config": {"threads": cores, "schedule": "static", "chunk": 1, "split": "cols"},
-        "memory_pattern": {"vector_width": 16, "pointer_hints": "restrict", "prefetch": 1},
+        "memory_pattern": {"vector_width": 16, "pointer_hints": "restrict", "prefetch": 1, "layout": "gptq"},
         "register_allocation": {"register_map": {"rows": 2, "cols": 1, "scale": "group"}},
         "instruction_sequence": {"nibbles": list(NIBBLES)},
     }
@@ -106,6 +135,7 @@ class W4Config:
         p, m, rm = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["register_map"]
         return cls(threads=p["threads"], schedule=p["schedule"], chunk=p["chunk"], split=p["split"],
                    vw=m["vector_width"], restrict=m["pointer_hints"] == "restrict", prefetch=m["prefetch"],
+                   layout=m["layout"], panel=m["vector_width"] * rm["cols"] if m["vector_width"] > 1 else 1,
                    rows=rm["rows"], cols=rm["cols"], per_group=rm["scale"] == "group",
                    nibbles=tuple(g["instruction_sequence"]["nibbles"]), zeros=zeros)
 
@@ -121,7 +151,8 @@ def render_source(c: W4Config) -> str:
 
 
 def _prelude(c: W4Config) -> str:
-    out = ("/* AbeBot W4A16, C backend: y = x . ((q - z) * s), GPTQ words (8 values along K), float32. */\n"
+    words = "GPTQ words" if c.layout == "gptq" else "GPTQ words repacked in column panels"
+    out = (f"/* AbeBot W4A16, C backend: y = x . ((q - z) * s), {words} (8 values along K), float32. */\n"
            "#include <stddef.h>\n#include <stdint.h>\n#include <omp.h>\n"
            f"#define VW {c.vw}\n#define ROWS {c.rows}\n#define COLS {c.cols}\n#define PF_GROUPS {c.prefetch}\n"
            f"#define RESTRICT {'restrict' if c.restrict else ''}\n")
@@ -150,7 +181,11 @@ def _tile(c: W4Config, rows: int, vec: bool) -> str:
            "  (void)m; (void)zp;"]
     out += [f"  {ft} acc{i}_{j} = {splat('0.0f')};" for i in range(rows) for j in range(cols)]
     out.append("  for (int g = 0; g < G; ++g) {")
-    if c.prefetch:
+    panel = cols * width  # the columns of this tile: one panel of the repacked layout
+    if c.prefetch and c.layout == "panels":  # the group's words of the tile: 16 * panel contiguous words
+        out.append(f"    if (g + PF_GROUPS < G) for (int i = 0; i < 16 * {panel}; i += 16) "
+                   f"__builtin_prefetch(qw + (size_t)c0 * G * 16 + (size_t)(g + PF_GROUPS) * 16 * {panel} + i, 0, 0);")
+    elif c.prefetch:
         out.append("    if (g + PF_GROUPS < G) for (int i = 0; i < 16; ++i) "
                    "__builtin_prefetch(qw + ((size_t)(g + PF_GROUPS) * 16 + i) * n + c0, 0, 0);")
     for j in range(cols):
@@ -165,7 +200,9 @@ def _tile(c: W4Config, rows: int, vec: bool) -> str:
         out += [f"    {ft} gacc{i}_{j} = {splat('0.0f')};" for i in range(rows) for j in range(cols)]
     out.append("    for (int i = 0; i < 16; ++i) {")
     out.append("      const size_t k = (size_t)g * 128 + (size_t)i * 8;")
-    body = [f"const {it} w{j} = {ld('qw', f'((size_t)g * 16 + i) * n + c0 + {j * width}', 'vi' if vec else '')};"
+    word = ("(size_t)c0 * G * 16 + ((size_t)g * 16 + i) * {p} + {j}" if c.layout == "panels"
+            else "((size_t)g * 16 + i) * n + c0 + {j}")
+    body = [f"const {it} w{j} = {ld('qw', word.format(p=panel, j=j * width), 'vi' if vec else '')};"
             for j in range(cols)]
     body += [f"const float x{a}_{b} = x[(size_t)(r0 + {a}) * G * 128 + k + {b}];" for a in range(rows) for b in range(8)]
     dst = "gacc" if c.per_group else "acc"
