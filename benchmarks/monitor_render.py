@@ -87,25 +87,35 @@ def data_loading(folder: Path) -> list[tuple[str, float]]:
 
 
 def individuals_loading(folder: Path) -> list[tuple[str, float]]:
-    """The Individuals page's data path: the table build (once per new generation), a query, importance."""
+    """The Individuals page's data path: the table build (once per dashboard process and run), the
+    per-rerun refresh, a page of a filtered sorted query, the importance samples and fit."""
     from dashboard import importance
     from store.queries import IndividualsTable
 
     rows = []
     t, table = timed(lambda: IndividualsTable(folder), repeat=3)
     rows.append((f"IndividualsTable: every individual into DuckDB ({table.rows:,} rows, {len(table.genes)} genes)", t))
+    t, _ = timed(table.refresh)
+    rows.append(("IndividualsTable.refresh() with no new generation (every rerun pays it)", t))
     gene = table.genes[0]
     value = table.distinct(gene)[0]
     filters = {"status": ["ok"], "in": {gene: [value]}}
-    t, _ = timed(lambda: (table.count(filters), table.query(filters, sort="time_us", descending=False, limit=1000)))
-    rows.append(("filter (status + one gene) + sort + first 1,000 rows + count", t))
+    t, _ = timed(lambda: (table.count(filters), table.query(filters, sort="time_us", descending=False, limit=100)))
+    rows.append(("filter (status + one gene) + sort + page 1 of 100 rows + count", t))
+    t, _ = timed(lambda: table.query(filters, sort="time_us", descending=False, limit=100, offset=20_000))
+    rows.append(("same, page 201 (OFFSET 20,000)", t))
     t, frame = timed(lambda: table.latest_sample(None, ["fitness", *table.genes], importance.MAX_ROWS), repeat=3)
     rows.append((f"latest row of each genome, sampled in DuckDB, for importance ({len(frame):,} rows)", t))
+    t, best = timed(lambda: table.latest_sample(None, ["fitness", *table.genes], importance.PARALLEL_TOP,
+                                                fittest=True), repeat=3)
+    rows.append((f"the {importance.PARALLEL_TOP} fittest distinct genomes, for the parallel coordinates", t))
     t, imp = timed(lambda: importance.gene_importance(frame, table.genes), repeat=3)
     rows.append((f"gene importance (random forest + permutation, {importance.MAX_ROWS:,} genomes sampled)", t))
-    t, _ = timed(lambda: (charts.importance(imp).to_json(),
-                          charts.parallel(importance.parallel_frame(frame, table.genes), table.genes[:8]).to_json()))
-    rows.append(("build + serialise the importance and parallel-coordinates figures", t))
+    par = importance.parallel_frame(frame, table.genes, fittest=best)
+    t, _ = timed(lambda: (charts.importance(imp).to_json(), charts.parallel(par, table.genes[:8]).to_json()))
+    rows.append((f"build + serialise the importance and parallel-coordinates ({len(par)} lines) figures", t))
+    t, _ = timed(lambda: len(table.export(None, "csv")), repeat=1)
+    rows.append((f"CSV download of all {table.rows:,} rows (built only when clicked)", t))
     return rows
 
 
@@ -131,6 +141,10 @@ def apptest_individuals(runs: Path, run_id: str) -> list[tuple[str, float]]:
         at.run()
         warm.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
+    at.number_input(key="ind_page").set_value(2).run()
+    page2 = time.perf_counter() - t0
+    assert "page 2 of" in " ".join(c.value for c in at.caption)
+    t0 = time.perf_counter()
     at.toggle(key="ind_importance").set_value(True).run()
     importance_on = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -138,6 +152,7 @@ def apptest_individuals(runs: Path, run_id: str) -> list[tuple[str, float]]:
     refilter = time.perf_counter() - t0
     return [("Individuals page, first render (table build + gene importance)", cold),
             ("Individuals page, rerun with warm caches (median of 3)", statistics.median(warm)),
+            ("Individuals page, next page of the table", page2),
             ("Individuals page, gene importance toggle rerun (cached)", importance_on),
             ("Individuals page, a new filter (query + importance refit)", refilter)]
 
@@ -174,6 +189,15 @@ def apptest(runs: Path, run_id: str) -> list[tuple[str, float]]:
     return [("Monitor page, first render (empty caches)", cold),
             ("Monitor page, rerun with warm caches (median of 5)", statistics.median(warm)),
             ("Monitor page, rerun after a new generation", fresh)]
+
+
+CHARTS_DRAWN = """() => {
+  const bars = document.querySelectorAll('.js-plotly-plot .barlayer .point').length;
+  const axes = document.querySelectorAll('.js-plotly-plot .parcoords .y-axis').length;
+  const gl = document.querySelectorAll('.js-plotly-plot .gl-container canvas').length;
+  const busy = document.querySelector('[data-testid="stStatusWidget"]');
+  return bars > 0 && axes > 1 && gl > 0 && !busy;
+}"""
 
 
 def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
@@ -217,10 +241,18 @@ def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
                 page.wait_for_function("document.querySelector('[data-testid=\"stDataFrame\"] canvas')",
                                        timeout=300_000)
                 out.append((f"Chromium: Individuals until the table is drawn ({visit})", time.perf_counter() - t0))
-                page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2",
-                                       timeout=300_000)
+                # Each chart on its own (one Plotly chart has two .main-svg layers): the importance
+                # bars, then the parallel coordinates' axes and their WebGL line layers.
+                page.wait_for_function(CHARTS_DRAWN, timeout=300_000)
                 out.append((f"Chromium: Individuals until importance + parallel coordinates drawn ({visit})",
                             time.perf_counter() - t0))
+            t0 = time.perf_counter()
+            box = page.get_by_label("Page", exact=True)
+            box.fill("2")
+            box.press("Enter")
+            page.get_by_text("(page 2 of").wait_for(timeout=300_000)
+            page.wait_for_function(CHARTS_DRAWN, timeout=300_000)
+            out.append(("Chromium: Individuals, next page of the table (until redrawn)", time.perf_counter() - t0))
             b.close()
     finally:
         os.killpg(server.pid, 9)
@@ -235,6 +267,9 @@ def main() -> int:
     ap.add_argument("--population", type=int, default=64)
     ap.add_argument("--browser", action="store_true", help="also time Chromium drawing the page")
     ap.add_argument("--write", type=Path, default=None, help="write the results as Markdown to this file")
+    ap.add_argument("--append", type=Path, default=None, help="append the results as a dated section to this file")
+    ap.add_argument("--only", choices=("all", "individuals"), default="all",
+                    help="individuals: only the Individuals page's rows (and its Chromium rows with --browser)")
     args = ap.parse_args()
     tmp = None
     runs = args.runs_dir
@@ -248,8 +283,10 @@ def main() -> int:
     print(f"run {run_id}: {args.generations} generations x {args.population} individuals, live/ {size / 2**20:.1f} MiB"
           + (f", built in {build_s:.0f} s" if build_s else " (reused)"), flush=True)
     rows = []
-    for step in (lambda: data_loading(folder), lambda: apptest(runs, run_id), lambda: individuals_loading(folder),
-                 lambda: apptest_individuals(runs, run_id)) + ((lambda: browser(runs, run_id)),) * args.browser:
+    load_before = os.getloadavg()
+    steps = (lambda: data_loading(folder), lambda: apptest(runs, run_id))[: 2 if args.only == "all" else 0] + (
+        lambda: individuals_loading(folder), lambda: apptest_individuals(runs, run_id))
+    for step in steps + ((lambda: browser(runs, run_id)),) * args.browser:
         got = step()
         for name, secs in got:
             print(f"{name}: {secs * 1000:.1f} ms", flush=True)
@@ -257,6 +294,18 @@ def main() -> int:
     width = max(len(r[0]) for r in rows)
     for name, secs in rows:
         print(f"{name.ljust(width)}  {secs * 1000:8.1f} ms")
+    if args.append:
+        cmd = "python benchmarks/monitor_render.py " + " ".join(a for a in sys.argv[1:])
+        section = [
+            "", f"## Measurement {time.strftime('%Y-%m-%d %H:%M %Z')} ({args.generations:,} x {args.population} = "
+            f"{args.generations * args.population:,} rows)", "",
+            f"On {platform.node()} ({os.cpu_count()} CPU cores, Python {platform.python_version()}); load average "
+            f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after (1-minute).", "",
+            f"Command: `{cmd.strip()}`", "", "| what | time |", "|---|---:|",
+            *[f"| {name} | {secs * 1000:,.0f} ms |" for name, secs in rows], ""]
+        with open(args.append, "a") as f:
+            f.write("\n".join(section))
+        print(f"appended to {args.append}")
     if args.write:
         cmd = "python benchmarks/monitor_render.py " + " ".join(
             a for a in sys.argv[1:] if not a.startswith("--runs-dir") and not a.startswith("/"))

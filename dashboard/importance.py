@@ -45,9 +45,39 @@ def gene_importance(frame: pd.DataFrame, genes: list[str], target: str = "fitnes
     return out.sort_values("importance", ascending=False, ignore_index=True)
 
 
-def parallel_frame(frame: pd.DataFrame, genes: list[str], max_rows: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """The rows a parallel-coordinates plot draws: at most ``max_rows`` (a seeded sample, so the plot
-    stays responsive on 300,000 rows), genes and fitness only."""
+PARALLEL_ROWS = 500  # lines a parallel-coordinates plot draws (WebGL: the browser's cost grows with them)
+PARALLEL_TOP = 100  # of which the fittest genomes, always drawn; the rest a seeded uniform sample
+
+
+def parallel_frame(frame: pd.DataFrame, genes: list[str], max_rows: int = PARALLEL_ROWS, seed: int = 0,
+                   fittest: pd.DataFrame | None = None, top: int = PARALLEL_TOP) -> pd.DataFrame:
+    """The rows a parallel-coordinates plot draws, genes and fitness only: at most ``max_rows`` --
+    the ``top`` fittest genomes (of ``fittest`` when given, else of ``frame``) and a seeded uniform
+    sample of the others in ``frame``, so the plot shows where the best are against the population
+    and stays responsive on 300,000 rows. ``attrs["top"]`` says how many are the fittest."""
     cols = [g for g in genes if g in frame] + ["fitness"]
-    data = frame[cols].dropna(subset=["fitness"])
-    return data.sample(max_rows, random_state=seed) if len(data) > max_rows else data
+    data = frame.dropna(subset=["fitness"])
+    covered = fittest is None or ("genome_hash" in data and set(fittest["genome_hash"]) <= set(data["genome_hash"]))
+    if len(data) <= max_rows and covered:
+        out = data[cols].reset_index(drop=True)
+        out.attrs["top"] = 0
+        return out
+    pool = fittest.dropna(subset=["fitness"]) if fittest is not None else data
+    best = pool.sort_values("fitness", ascending=False, kind="stable").head(min(top, max_rows))
+    if "genome_hash" in data and "genome_hash" in best:
+        rest = data[~data["genome_hash"].isin(set(best["genome_hash"]))]
+    else:
+        rest = data.drop(index=best.index, errors="ignore") if fittest is None else data
+    rest = rest.sample(min(len(rest), max_rows - len(best)), random_state=seed)
+    out = pd.concat([best[[c for c in cols if c in best]], rest[cols]], ignore_index=True)
+    out.attrs["top"] = len(best)
+    return out
+
+
+def parallel_caption(frame: pd.DataFrame, sampled: int) -> str:
+    """What the parallel-coordinates plot draws, for its caption."""
+    top = int(frame.attrs.get("top", 0))
+    if not top:
+        return f"Every one of the {len(frame):,} distinct genomes that match, each at its latest row."
+    return (f"{len(frame):,} lines: the {top:,} fittest distinct genomes that match and a uniform random sample of "
+            f"{len(frame) - top:,} others (of {sampled:,} sampled, each genome at its latest row).")

@@ -12,25 +12,44 @@ from store.reader import RunReader
 
 ui.ensure_navigation()
 
-SHOWN = 500  # rows sent to the browser; filters, sorting and downloads cover every row
+PAGE_SIZES = (50, 100, 250, 500)  # rows sent to the browser per page; filters, sorting and downloads cover every row
 
 
-@st.cache_resource(max_entries=2, show_spinner="Loading every individual of the run…")
-def load_table(folder: str, signature: tuple) -> IndividualsTable:
-    """The run's individuals as one in-memory DuckDB table, rebuilt when the run commits more."""
+def run_identity(folder) -> tuple:
+    """What tells one run in ``folder`` from another (its config.json's inode and mtime); new
+    generations do not change it: :meth:`IndividualsTable.refresh` picks them up."""
+    try:
+        stat = (folder / "config.json").stat()
+        return str(folder), stat.st_ino, stat.st_mtime_ns
+    except OSError:
+        return str(folder), None, None
+
+
+@st.cache_resource(max_entries=4, show_spinner="Loading every individual of the run…")
+def load_table(folder: str, created: tuple) -> IndividualsTable:
+    """The run's individuals as one in-memory DuckDB table, shared by every session; the page calls
+    :meth:`IndividualsTable.refresh` on each run, which appends only generations committed since."""
     return IndividualsTable(folder)
 
 
 @st.cache_data(max_entries=16, show_spinner="Fitting a random forest to the genes…")
-def importance_of(folder: str, signature: tuple, filters: dict) -> tuple:
-    table = load_table(folder, signature)
+def importance_of(folder: str, created: tuple, rows: int, filters: dict) -> tuple:
+    """Gene importance and the parallel-coordinates rows for ``filters``, cached per table size."""
+    table = load_table(folder, created)
     frame = table.latest_sample(filters, ["fitness", *table.genes], I.MAX_ROWS)
-    return I.gene_importance(frame, table.genes), I.parallel_frame(frame, table.genes)
+    best = table.latest_sample(filters, ["fitness", *table.genes], I.PARALLEL_TOP, fittest=True)
+    return I.gene_importance(frame, table.genes), I.parallel_frame(frame, table.genes, fittest=best), len(frame)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def champion(folder: str, rows: int) -> dict | None:
+    return RunReader(folder).champion()
 
 
 run_id, folder = ui.run_page("Individuals")
-sig = ui.signature(folder)
-table = load_table(str(folder), sig)
+created = run_identity(folder)
+table = load_table(str(folder), created)
+table.refresh()
 if not table.rows:
     st.info("No generation has been committed yet: come back when the first one is done.")
     st.stop()
@@ -45,25 +64,38 @@ picked = st.multiselect("Filter on genes", table.genes, key="ind_gene_pick", for
 for col, gene in zip(st.columns(max(1, len(picked))), picked):
     gene_filters[gene] = col.multiselect(gene[5:], table.distinct(gene), key=f"ind_gene_{gene}")
 filters = {"status": status, "generation": span, "fitness_min": fit_min, "hash": prefix.strip(), "in": gene_filters}
-s1, s2, s3, s4 = st.columns([2, 1, 1, 1])
+s1, s2, s3, s4, s5 = st.columns([2, 1, 1, 1, 1])
 sort = s1.selectbox("Sort by", table.columns, index=table.columns.index("fitness"), key="ind_sort")
 descending = s2.toggle("Descending", value=True, key="ind_desc")
-s3.download_button("CSV", data=lambda: table.export(filters, "csv"), file_name=f"{run_id}-individuals.csv",
-                   mime="text/csv", icon=":material/download:", key="ind_csv", on_click="ignore")
-s4.download_button("Parquet", data=lambda: table.export(filters, "parquet"), file_name=f"{run_id}-individuals.parquet",
-                   mime="application/vnd.apache.parquet", icon=":material/download:", key="ind_parquet",
+size = s3.selectbox("Rows per page", PAGE_SIZES, index=1, key="ind_page_size")
+s4.download_button("CSV", data=lambda: table.export(filters, "csv", sort, descending),
+                   file_name=f"{run_id}-individuals.csv", mime="text/csv", icon=":material/download:", key="ind_csv",
                    on_click="ignore")
+s5.download_button("Parquet", data=lambda: table.export(filters, "parquet", sort, descending),
+                   file_name=f"{run_id}-individuals.parquet", mime="application/vnd.apache.parquet",
+                   icon=":material/download:", key="ind_parquet", on_click="ignore")
 matching = table.count(filters)
-rows = table.query(filters, sort=sort, descending=descending, limit=SHOWN)
-st.caption(f"{matching:,} of {table.rows:,} individuals match" + (f"; the first {SHOWN:,} are shown (downloads "
-           "hold all of them)" if matching > SHOWN else "") + ". Select a row to see its kernel.")
-event = st.dataframe(rows, hide_index=True, width="stretch", height=420, key="ind_table", on_select="rerun",
-                     selection_mode="single-row",
+pages = max(1, -(-matching // size))
+view = (repr(filters), sort, descending, size)
+if st.session_state.get("_ind_view") != view:  # a new filter or order starts on its first page
+    st.session_state["_ind_view"] = view
+    st.session_state["ind_page"] = 1
+st.session_state["ind_page"] = min(max(1, int(st.session_state.get("ind_page") or 1)), pages)
+p1, p2 = st.columns([1, 5], vertical_alignment="bottom")
+page = int(p1.number_input("Page", min_value=1, max_value=pages, step=1, key="ind_page"))
+first = (page - 1) * size
+rows = table.query(filters, sort=sort, descending=descending, limit=size, offset=first)
+p2.caption(f"{matching:,} of {table.rows:,} individuals match" + (
+    f"; rows {first + 1:,}–{first + len(rows):,} shown (page {page:,} of {pages:,}), sorted by {sort} "
+    f"{'descending' if descending else 'ascending'} over every match; downloads hold all of them" if matching else "")
+    + ". Select a row to see its kernel.")
+event = st.dataframe(rows, hide_index=True, width="stretch", height=min(420, 38 + 35 * max(1, len(rows))),
+                     key="ind_table", on_select="rerun", selection_mode="single-row",
                      column_config={c: st.column_config.TextColumn(c[5:]) for c in table.genes})
 selected = event.selection.rows if event and hasattr(event, "selection") else []
 if selected:
     row = rows.iloc[selected[0]]
-    champ = RunReader(folder).champion()
+    champ = champion(str(folder), table.rows)
     st.subheader(f"Kernel of {row['genome_hash']} (generation {int(row['generation'])}, {row['status']})")
     mine = ui.kernel(str(folder), row["source_hash"]) if isinstance(row.get("source_hash"), str) else None
     if not mine:
@@ -84,8 +116,9 @@ st.caption("scikit-learn: a random forest fitted to the genes of the individuals
            "for why). Low forest R² means fitness depends on something the genes do not explain (noise, mostly).")
 if st.toggle("Compute gene importance", value=True, key="ind_importance",
              help="Fits a forest on up to 3,000 distinct genomes: under a second."):
-    imp, par = importance_of(str(folder), sig, filters)
+    imp, par, fitted = importance_of(str(folder), created, table.rows, filters)
     left, right = st.columns([2, 3])
     left.plotly_chart(charts.importance(imp), key="chart_importance", config={"displaylogo": False})
     top = list(imp["gene"][:8]) if not imp.empty else table.genes[:8]
     right.plotly_chart(charts.parallel(par, top), key="chart_parallel", config={"displaylogo": False})
+    right.caption(I.parallel_caption(par, fitted))

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 import duckdb
 import pandas as pd
 
-from store.reader import RunReader
+from store.reader import _RETRIES, RunReader, live_parts
+from store.runs import LIVE
 
 BASE = ["generation", "genome_hash", "origin", "status", "cause", "fitness", "time_us", "time_spread_us",
         "memory_bytes", "stability", "determinism", "steadiness", "error_margin", "remeasured", "pareto_rank",
@@ -28,46 +30,90 @@ def _q(name: str) -> str:
 
 
 class IndividualsTable:
-    """Every individual of one run as one queryable table (a snapshot of the live files)."""
+    """Every individual of one run as one queryable table (a snapshot of the live files, brought up
+    to date by :meth:`refresh`, which appends only the generations committed since)."""
 
     def __init__(self, folder: Path | str):
         reader = RunReader(folder)
+        self.folder = Path(folder)
         self.terms = [f"{t}_term" for t in reader.terms]
-        files = [str(p) for p in reader._files("individuals")]
         self._con = duckdb.connect(":memory:")
-        self._mutex = threading.Lock()
+        # Loading in parallel is 2-3x faster; every query sorts explicitly, so the table's order is moot.
+        self._con.execute("SET preserve_insertion_order = false")
+        self._mutex = threading.RLock()
         self.genes: list[str] = []
         self.phases: list[str] = []
-        if not files:
-            self.columns: list[str] = []
-            self.rows = 0
-            return
+        self.columns: list[str] = []
+        self.rows = 0
+        self.last_generation = -1
+        self._select = ""
+        self.refresh()
+
+    def refresh(self) -> int:
+        """Append the rows of generations committed since the last call (only the live files that
+        hold them are read); how many rows were added. Cheap when nothing is new: one listing."""
+        with self._mutex:
+            for attempt in range(_RETRIES):
+                files = [str(p.path) for p in live_parts(self.folder / LIVE / "individuals")
+                         if p.last > self.last_generation]
+                if not files:
+                    return 0
+                try:
+                    return self._append(files)
+                except duckdb.IOException:  # compaction replaced files under us: list again
+                    if attempt == _RETRIES - 1 or all(Path(f).exists() for f in files):
+                        raise
+                    time.sleep(0.02 * (attempt + 1))
+        return 0
+
+    def _append(self, files: list[str]) -> int:
         src = "read_parquet($files, union_by_name = true)"
-        present = {r[0] for r in self._con.sql(f"DESCRIBE SELECT * FROM {src}", params={"files": files}).fetchall()}
+        args = {"files": files, "after": self.last_generation}
+        present = {r[0] for r in self._con.execute(f"DESCRIBE SELECT * FROM {src}", {"files": files}).fetchall()}
+        if not self.columns:
+            self._create(src, files, present)
+        base = [c for c in self.columns if c in present and c not in self.genes and c not in self.phases]
+        # One JSON parse per row for all genes (a list of paths), and one for all phases.
+        inner, outer = [], [_q(c) for c in base]
+        if self.genes and "genome" in present:
+            inner.append(f"json_extract_string(genome, [{', '.join(_path(g[5:]) for g in self.genes)}]) AS _g")
+            outer += [f"_g[{i + 1}] AS {_q(g)}" for i, g in enumerate(self.genes)]
+        if self.phases and "phases" in present:
+            inner.append(f"json_extract(phases, [{', '.join(_path(p[6:], 1) for p in self.phases)}]) AS _p")
+            outer += [f"TRY_CAST(_p[{i + 1}] AS DOUBLE) AS {_q(p)}" for i, p in enumerate(self.phases)]
+        self._con.execute(f"INSERT INTO t BY NAME SELECT {', '.join(outer)} FROM (SELECT *{''.join(', ' + x for x in inner)} "
+                          f"FROM {src} WHERE generation > $after)", args)
+        before = self.rows
+        self.rows, last = self._con.execute("SELECT count(*), max(generation) FROM t").fetchone()
+        self.last_generation = -1 if last is None else int(last)
+        return self.rows - before
+
+    def _create(self, src: str, files: list[str], present: set[str]) -> None:
+        """The table's columns: base columns the files have; a column per gene and per phase found
+        in the newest rows; created empty (the caller appends)."""
         base = [c for c in BASE + self.terms + OPTIONAL if c in present]
-        sample = self._con.sql(f"SELECT genome, phases FROM {src} WHERE phases IS NOT NULL OR genome IS NOT NULL "
-                               "ORDER BY generation DESC LIMIT 64", params={"files": files}).fetchall() \
-            if "phases" in present else [(g, None) for (g,) in self._con.sql(
-                f"SELECT genome FROM {src} ORDER BY generation DESC LIMIT 64", params={"files": files}).fetchall()]
+        wanted = [c for c in ("genome", "phases") if c in present]
+        sample = self._con.execute(f"SELECT {', '.join(wanted) or '1'} FROM {src} ORDER BY generation DESC LIMIT 64",
+                                   {"files": files}).fetchall() if wanted else []
         gene_paths: dict[str, None] = {}
         phase_keys: dict[str, None] = {}
-        for genome, phases in sample:
-            for group, genes in (_loads(genome) or {}).items():
+        for row in sample:
+            values = dict(zip(wanted, row))
+            for group, genes in (_loads(values.get("genome")) or {}).items():
                 for name in (genes or {}) if isinstance(genes, dict) else ():
                     gene_paths[f"{group}.{name}"] = None
-            for key, value in (_loads(phases) or {}).items():
+            for key, value in (_loads(values.get("phases")) or {}).items():
                 if isinstance(value, (int, float)):
                     phase_keys[str(key)] = None
         self.genes = [f"gene.{p}" for p in gene_paths]
         self.phases = [f"phase.{k}" for k in phase_keys]
         # A scalar gene comes back as its text; a map or a sequence as its JSON text.
-        gene_sql = [f"json_extract_string(genome, '$.\"{g}\".\"{n}\"') AS {_q('gene.' + g + '.' + n)}"
-                    for g, n in (p.split(".", 1) for p in gene_paths)]
-        phase_sql = [f"TRY_CAST(json_extract(phases, '$.\"{k}\"') AS DOUBLE) AS {_q('phase.' + k)}" for k in phase_keys]
-        select = ", ".join([_q(c) for c in base] + gene_sql + phase_sql)
-        self._con.execute(f"CREATE TABLE t AS SELECT {select} FROM {src}", {"files": files})
+        types = dict(self._con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {src})",
+                                       {"files": files}).fetchall())
+        cols = [f"{_q(c)} {types[c]}" for c in base] + [f"{_q(g)} VARCHAR" for g in self.genes] + \
+            [f"{_q(p)} DOUBLE" for p in self.phases]
+        self._con.execute(f"CREATE TABLE t ({', '.join(cols)})")
         self.columns = base + self.genes + self.phases
-        self.rows = self._con.execute("SELECT count(*) FROM t").fetchone()[0]
 
     def generation_span(self) -> tuple[int, int]:
         """The first and last generation in the table."""
@@ -109,33 +155,44 @@ class IndividualsTable:
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
     def query(self, filters: dict | None = None, sort: str = "fitness", descending: bool = True,
-              limit: int | None = 1000, columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """The matching rows, sorted, at most ``limit`` of them (None: all)."""
+              limit: int | None = 1000, columns: Sequence[str] | None = None, offset: int = 0) -> pd.DataFrame:
+        """The matching rows, sorted, at most ``limit`` of them (None: all) after skipping ``offset``.
+
+        Ties are broken by generation, genome hash and insertion order, so pages never overlap."""
         if not self.columns:
             return pd.DataFrame(columns=BASE)
+        with self._mutex:
+            return self._con.execute(*self._sql(filters, sort, descending, limit, columns, offset)).df()
+
+    def _sql(self, filters: dict | None, sort: str, descending: bool, limit: int | None,
+             columns: Sequence[str] | None, offset: int = 0) -> tuple[str, list]:
         cols = list(columns) if columns else self.columns
         self._check(cols + [sort])
         where, params = self.where(filters)
         sql = (f"SELECT {', '.join(_q(c) for c in cols)} FROM t{where} ORDER BY {_q(sort)} "
-               f"{'DESC' if descending else 'ASC'} NULLS LAST, generation, genome_hash")
+               f"{'DESC' if descending else 'ASC'} NULLS LAST, generation, genome_hash, rowid")
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        with self._mutex:
-            return self._con.execute(sql, params).df()
+        if offset:
+            sql += f" OFFSET {max(0, int(offset))}"
+        return sql, params
 
-    def latest_sample(self, filters: dict | None, columns: Sequence[str], n: int, seed: int = 0) -> pd.DataFrame:
+    def latest_sample(self, filters: dict | None, columns: Sequence[str], n: int, seed: int = 0,
+                      fittest: bool = False) -> pd.DataFrame:
         """One row per distinct genome among the matching rows (its latest: an elite re-timed in
-        every generation is most trusted there), at most ``n`` of them, a seeded random sample."""
+        every generation is most trusted there), at most ``n`` of them: a seeded random sample, or
+        with ``fittest`` the ``n`` with the highest fitness at that row."""
         if not self.columns:
             return pd.DataFrame(columns=list(columns))
         cols = list(dict.fromkeys(["genome_hash", *columns]))
-        self._check(cols)
+        self._check(cols + ["fitness"])
         where, params = self.where(filters)
-        sql = (f"SELECT {', '.join(_q(c) for c in cols)} FROM (SELECT * FROM t{where} QUALIFY row_number() OVER "
-               f"(PARTITION BY genome_hash ORDER BY generation DESC) = 1) "
-               f"USING SAMPLE reservoir({int(n)} ROWS) REPEATABLE ({int(seed)})")
+        latest = (f"SELECT * FROM t{where} QUALIFY row_number() OVER "
+                  f"(PARTITION BY genome_hash ORDER BY generation DESC) = 1")
+        pick = (f"ORDER BY fitness DESC NULLS LAST, genome_hash LIMIT {int(n)}" if fittest
+                else f"USING SAMPLE reservoir({int(n)} ROWS) REPEATABLE ({int(seed)})")
         with self._mutex:
-            return self._con.execute(sql, params).df()
+            return self._con.execute(f"SELECT {', '.join(_q(c) for c in cols)} FROM ({latest}) {pick}", params).df()
 
     def count(self, filters: dict | None = None) -> int:
         """How many rows match ``filters``."""
@@ -145,21 +202,41 @@ class IndividualsTable:
         with self._mutex:
             return int(self._con.execute(f"SELECT count(*) FROM t{where}", params).fetchone()[0])
 
-    def export(self, filters: dict | None, fmt: str) -> bytes:
-        """The matching rows as CSV or Parquet bytes (every column, every matching row)."""
+    def export(self, filters: dict | None, fmt: str, sort: str = "fitness", descending: bool = True) -> bytes:
+        """The matching rows as CSV or Parquet bytes (every column, every matching row, in the
+        table's order), written from DuckDB's Arrow result by pyarrow: no pandas frame in between."""
         import io
 
-        frame = self.query(filters, limit=None)
-        if fmt == "csv":
-            return frame.to_csv(index=False).encode()
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+
+        if not self.columns:
+            return b""
+        with self._mutex:
+            sql, params = self._sql(filters, sort, descending, None, None)
+            cur = self._con.cursor()  # a fresh connection to the same table: no result pending on it
+            try:
+                rel = cur.sql(sql, params=params)
+                arrow = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+            finally:
+                cur.close()
         buf = io.BytesIO()
-        frame.to_parquet(buf, index=False)
+        if fmt == "csv":
+            pacsv.write_csv(arrow, buf)
+        else:
+            pq.write_table(arrow, buf)
         return buf.getvalue()
 
     def _check(self, cols: Sequence[str]) -> None:
         bad = [c for c in cols if c not in self.columns]
         if bad:
             raise ValueError(f"unknown column {bad[0]!r}")
+
+
+def _path(dotted: str, parts: int = 2) -> str:
+    """``group.name`` -> the SQL literal of the JSON path ``$."group"."name"`` (``parts`` keys)."""
+    keys = dotted.split(".", parts - 1)
+    return "'" + "$." + ".".join('"' + k.replace('"', '\\"') + '"' for k in keys).replace("'", "''") + "'"
 
 
 def _loads(text: Any) -> dict | None:

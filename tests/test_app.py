@@ -739,6 +739,100 @@ def test_individuals_page_shows_a_selected_kernel_and_gene_importance(populated)
     assert any('"parcoords"' in c.proto.spec for c in at.get("plotly_chart"))
 
 
+@pytest.fixture(scope="module")
+def paged_run(tmp_path_factory) -> tuple[Path, str]:
+    """A run of 120 individuals: more than one page of the Individuals table at every page size but 500."""
+    folder = tmp_path_factory.mktemp("paged")
+    return folder, build_run(folder, generations=15, population=8, seed=5)
+
+
+def test_individuals_table_pages_in_sql_without_overlap_and_refreshes_new_generations(paged_run, tmp_path):
+    import io
+    import shutil
+
+    import pandas as pd
+
+    from store.queries import IndividualsTable
+
+    runs, run_id = paged_run
+    table = IndividualsTable(runs / run_id)
+    everything = table.query(sort="time_us", descending=False, limit=None)
+    pages = [table.query(sort="time_us", descending=False, limit=50, offset=o) for o in (0, 50, 100)]
+    assert [len(p) for p in pages] == [50, 50, 20]
+    stacked = pd.concat(pages, ignore_index=True)
+    assert stacked.equals(everything)  # the pages are the full ordering cut in three: no overlap, no gap
+    assert not set(zip(pages[0]["generation"], pages[0]["genome_hash"])) & set(zip(pages[1]["generation"], pages[1]["genome_hash"]))
+    ok = stacked["time_us"].dropna()
+    assert list(ok) == sorted(ok) and stacked["time_us"].isna().sum() == everything["status"].ne("ok").sum()
+    # The download follows the same order and filter, every matching row.
+    ok_rows = table.count({"status": ["ok"]})
+    csv = pd.read_csv(io.BytesIO(table.export({"status": ["ok"]}, "csv", "time_us", False)))
+    assert len(csv) == ok_rows < 120 and list(csv["time_us"]) == sorted(csv["time_us"])
+    # refresh() appends the generations committed since, and only those.
+    copy = tmp_path / run_id
+    shutil.copytree(runs / run_id, copy)
+    later = sorted((copy / "live" / "individuals").glob("gen_*.parquet"))[10:]
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for f in later:
+        shutil.move(f, aside / f.name)
+    partial = IndividualsTable(copy)
+    assert (partial.rows, partial.last_generation) == (80, 9) and partial.refresh() == 0
+    for f in later:
+        shutil.move(aside / f.name, copy / "live" / "individuals" / f.name)
+    assert partial.refresh() == 40 and (partial.rows, partial.last_generation) == (120, 14)
+    assert partial.query(limit=None, sort="generation").equals(table.query(limit=None, sort="generation"))
+
+
+def test_individuals_page_pages_sorts_and_counts_in_the_database(paged_run, monkeypatch):
+    monkeypatch.setenv("ABEBOT_RUNS_DIR", str(paged_run[0]))
+    at = app("individuals")
+    assert "120 of 120 individuals match" in texts(at) and "page 1 of 2" in texts(at)
+    first = at.dataframe(key="ind_table").value
+    assert len(first) == 100 and list(first["fitness"]) == sorted(first["fitness"], reverse=True)
+    at.number_input(key="ind_page").set_value(2).run()
+    second = at.dataframe(key="ind_table").value
+    assert len(second) == 20 and "rows 101–120 shown (page 2 of 2)" in texts(at)
+    assert not set(first["genome_hash"] + first["generation"].astype(str)) & set(
+        second["genome_hash"] + second["generation"].astype(str))
+    assert second["fitness"].max() <= first["fitness"].min()  # page 2 continues the order of page 1
+    # Ascending time: page 1 of the new order, sorted over every row, not only those on screen.
+    at.selectbox(key="ind_sort").set_value("time_us").run()
+    at.toggle(key="ind_desc").set_value(False).run()
+    assert at.number_input(key="ind_page").value == 1
+    at.selectbox(key="ind_page_size").set_value(50).run()
+    page1 = at.dataframe(key="ind_table").value
+    at.number_input(key="ind_page").set_value(2).run()
+    page2 = at.dataframe(key="ind_table").value
+    assert list(page1["time_us"]) == sorted(page1["time_us"]) and page1["time_us"].max() <= page2["time_us"].min()
+    # A filter: the count is the database's, and the page goes back to the first.
+    at.multiselect(key="ind_status").set_value(["ok"]).run()
+    from store.queries import IndividualsTable
+    ok = IndividualsTable(paged_run[0] / paged_run[1]).count({"status": ["ok"]})
+    assert f"{ok} of 120 individuals match" in texts(at) and at.number_input(key="ind_page").value == 1
+    assert (at.dataframe(key="ind_table").value["status"] == "ok").all()
+    assert any("fittest distinct genomes" in c.value or "Every one of the" in c.value for c in at.caption)
+
+
+def test_parallel_coordinates_keep_the_fittest_and_sample_the_rest():
+    import numpy as np
+    import pandas as pd
+
+    from dashboard.importance import parallel_caption, parallel_frame
+
+    rng = np.random.default_rng(1)
+    n = 2000
+    frame = pd.DataFrame({"genome_hash": [f"h{i}" for i in range(n)], "gene.a": rng.choice(["1", "2"], n),
+                          "fitness": rng.random(n)})
+    best = frame.nlargest(100, "fitness")
+    out = parallel_frame(frame, ["gene.a"], max_rows=500, fittest=best, top=100)
+    assert len(out) == 500 and out.attrs["top"] == 100
+    assert set(out["fitness"].nlargest(100)) == set(best["fitness"])  # the 100 fittest are all drawn
+    assert "the 100 fittest" in parallel_caption(out, n) and "400 others" in parallel_caption(out, n)
+    small = parallel_frame(frame.head(50), ["gene.a"], fittest=frame.head(50).nlargest(10, "fitness"))
+    assert len(small) == 50 and small.attrs["top"] == 0 and "Every one of the 50" in parallel_caption(small, 50)
+
+
 def test_gene_importance_finds_the_gene_that_decides_fitness():
     import numpy as np
     import pandas as pd
