@@ -12,6 +12,7 @@ WORKLOADS: dict[str, str] = {
     "rope": "core.workloads.rope:RopeWorkload",
     "gather_gemv": "core.workloads.gather_gemv:GatherGemvWorkload",
     "w4a16": "core.workloads.w4a16:W4A16Workload",
+    "rmsnorm_w4a16": "core.workloads.rmsnorm_w4a16:RmsNormW4A16Workload",
 }
 
 
