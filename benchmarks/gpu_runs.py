@@ -66,6 +66,11 @@ def one_run(spec: str, runs: Path, out: Path, timeout_s: int, extra: list[str], 
         col: [round(float(q), 4) for q in ok[col].quantile([0.0, 0.1, 0.5, 0.9, 1.0])]
         for col in ("time_term", "memory_term", "stability_term", "determinism", "steadiness", "error_margin")
         if col in ok and ok[col].notna().any()}
+    keep = [c for c in ("generation", "genome_hash", "genome", "status", "fitness", "time_us", "memory_bytes", "device")
+            if c in inds]
+    inds[keep].to_csv(out / f"{run_id}.individuals.csv.gz", index=False)  # for gene importance off the device
+    result["top"] = [{"time_us": r.time_us, "fitness": r.fitness, "genome": r.genome}
+                     for r in reader.top(3).itertuples()]
     result["lethal_causes"] = sorted({str(c)[:160] for c in fresh.loc[fresh["status"] != "ok", "cause"].dropna()})[:10]
     result["evals_per_min"] = round(60 * float(gens["n_evaluated"].sum()) / max(float(took.sum()), 1e-9), 1)
     result["evals_per_min_after_gen0"] = round(60 * float(gens["n_evaluated"][1:].sum()) /

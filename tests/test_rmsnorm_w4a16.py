@@ -168,20 +168,20 @@ def test_gpu_seeds_and_random_genomes_render_and_fit(wl, backend, dtype):
 
 
 def test_cuda_batch_vec_and_norm_genes_shape_the_kernel(wl):
+    """The fused template is W4A16's kernel with the norm: its genes still shape it, and the norm gene
+    puts 1 / rms before the stream (on x as loaded) or after it (on the sums)."""
     tpl = _gpu_template(wl, "cuda")
     seed = tpl.gene_space().seed_genomes()[0]
     src = tpl.render(seed).source
-    assert "#define BATCH 4" in src and "#define KSPLIT 16" in src and "ld.global.nc.L1::no_allocate.v2.u32" in src
-    batch8 = tpl.render(seed.replace("register_allocation", "regs", {**seed["register_allocation"]["regs"], "batch": 8}))
-    assert "#define BATCH 8" in batch8.source
+    assert "#define B 4" in src and "#define KSPLIT 64" in src and "ld.global.nc.L1::no_allocate.v4.u32" in src
+    assert "#define B 8" in tpl.render(seed.replace("register_allocation", "batch", 8)).source
     first = tpl.render(seed.replace("instruction_sequence", "norm", "load")).source
     last = tpl.render(seed.replace("instruction_sequence", "norm", "store")).source
-    assert first.index("block_inv(x, M, K") < first.index("run<VEC>(") and "* inv[a]" not in first
-    assert last.index("block_inv(x, M, K") > last.index("run<VEC>(") and "from_f(acc[a][e] * inv[a])" in last
-    space = tpl.gene_space()
-    big = seed.replace("parallel_config", "rows_per_block", 4).replace("register_allocation", "regs",
-                                                                       {"batch": 8, "scale": "word"})
-    assert "per thread" in space.validate(big)
+    assert first.index("block_inv(x, M,") < first.index("run<VEC>(") and "gv[b] * inv[a]" in first
+    assert "from_f(acc[a][e] * inv[a])" not in first
+    assert last.index("block_inv(x, M,") > last.index("run<VEC>(") and "from_f(acc[a][e] * inv[a])" in last
+    big = seed.replace("parallel_config", "rows_per_block", 8).replace("register_allocation", "batch", 8)
+    assert "per thread" in tpl.gene_space().validate(big.replace("instruction_sequence", "first", "x"))
 
 
 def test_triton_norm_gene_orders_the_norm_and_the_product(wl):

@@ -47,58 +47,7 @@ class CudaW4A16Template(Template):
     backend = "cuda"
 
     def gene_space(self) -> GeneSpace:
-        groups = {
-            "parallel_config": (
-                ChoiceGene("threads", (128, 256, 512, 1024), "threads per block"),
-                ChoiceGene("ksplit", (1, 2, 4, 8, 16, 32, 64, 128), "K lanes per column thread (split-K inside the block)"),
-                ChoiceGene("rows_per_block", (1, 2, 4, 8), "rows of x a block multiplies"),
-            ),
-            "memory_pattern": (
-                ChoiceGene("vec", (1, 2, 4), "columns per thread: words per access"),
-                ChoiceGene("w_load", ("", ".nc", ".cs", ".L1::no_allocate", ".nc.L1::no_allocate"), "cache hint of the word loads"),
-                ChoiceGene("x_load", ("", ".nc", ".L1::evict_last"), "cache hint of the x loads"),
-            ),
-            "register_allocation": (
-                ChoiceGene("batch", (1, 2, 4, 8), "words (of vec columns) loaded before their math"),
-                ChoiceGene("pipeline", ("off", "next"), "the next batch's words loaded before this batch's math"),
-                MapGene("regs", (("scale", ("word", "weight")), ("unroll", (1, 2))),
-                        "scale on each word's partial sum or on each weight; batch-loop unroll"),
-            ),
-            "instruction_sequence": (
-                SequenceGene("nibbles", NIBBLES, (), (), "the order of a word's 8 values"),
-                ChoiceGene("first", ("words", "x"), "a batch's words first (x at each word's math), or its x first"),
-                ChoiceGene("dequant", ("cvt", "magic", "mask", "half2"),
-                           "nibble to float: cvt, 2^23 magic number, masked in place; or two at a time in fp16x2"),
-            ),
-        }
-
-        def fits(g: Genome) -> str | None:
-            p = g["parallel_config"]
-            if p["threads"] // p["ksplit"] < 2:
-                return "fewer than 2 column threads per block"
-            if _floats(g) > MAX_FLOATS:
-                return f"{_floats(g)} floats per thread (> {MAX_FLOATS})"
-            if g["instruction_sequence"]["dequant"] == "half2" and g["register_allocation"]["regs"]["scale"] == "weight":
-                return "half2 takes the scale on the word's partial sum (a scale in fp16 would be subnormal)"
-            if _shared_bytes(g) > SMEM_LIMIT:
-                return f"the K-lane reduction needs {_shared_bytes(g)} B of shared memory (> {SMEM_LIMIT})"
-            return None
-
-        # M = 1 at N = 8192: 8 column threads x 64 K lanes, 32 columns a block -> 256 blocks, and
-        # 4 x 16 bytes in flight per thread (about 64 KB per SM at two blocks).
-        seeds = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
-                  "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-                  "register_allocation": {"batch": 4, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
-                  "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "mask"}},
-                 {"parallel_config": {"threads": 256, "ksplit": 16, "rows_per_block": 4},
-                  "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ".nc"},
-                  "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
-                  "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic"}},
-                 {"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
-                  "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-                  "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
-                  "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2"}})
-        return GeneSpace(groups, (fits,), seeds)
+        return GeneSpace(gene_groups(), (fits,), SEEDS)
 
     def render(self, genome: Genome) -> KernelSource:
         p, v = genome["parallel_config"], genome["memory_pattern"]["vec"]
@@ -118,6 +67,64 @@ class CudaW4A16Template(Template):
 
 
 TEMPLATE = CudaW4A16Template
+
+
+def gene_groups() -> dict:
+    """The four gene groups (the fused RMSNorm template adds its own gene to them)."""
+    return {
+        "parallel_config": (
+            ChoiceGene("threads", (128, 256, 512, 1024), "threads per block"),
+            ChoiceGene("ksplit", (1, 2, 4, 8, 16, 32, 64, 128), "K lanes per column thread (split-K inside the block)"),
+            ChoiceGene("rows_per_block", (1, 2, 4, 8), "rows of x a block multiplies"),
+        ),
+        "memory_pattern": (
+            ChoiceGene("vec", (1, 2, 4), "columns per thread: words per access"),
+            ChoiceGene("w_load", ("", ".nc", ".cs", ".L1::no_allocate", ".nc.L1::no_allocate"), "cache hint of the word loads"),
+            ChoiceGene("x_load", ("", ".nc", ".L1::evict_last"), "cache hint of the x loads"),
+        ),
+        "register_allocation": (
+            ChoiceGene("batch", (1, 2, 4, 8), "words (of vec columns) loaded before their math"),
+            ChoiceGene("pipeline", ("off", "next"), "the next batch's words loaded before this batch's math"),
+            MapGene("regs", (("scale", ("word", "weight")), ("unroll", (1, 2))),
+                    "scale on each word's partial sum or on each weight; batch-loop unroll"),
+        ),
+        "instruction_sequence": (
+            SequenceGene("nibbles", NIBBLES, (), (), "the order of a word's 8 values"),
+            ChoiceGene("first", ("words", "x"), "a batch's words first (x at each word's math), or its x first"),
+            ChoiceGene("dequant", ("cvt", "magic", "mask", "half2"),
+                       "nibble to float: cvt, 2^23 magic number, masked in place; or two at a time in fp16x2"),
+        ),
+    }
+
+
+def fits(g: Genome) -> str | None:
+    """Why ``g`` cannot run (registers, shared memory, a half2 weight scale), or None."""
+    p = g["parallel_config"]
+    if p["threads"] // p["ksplit"] < 2:
+        return "fewer than 2 column threads per block"
+    if _floats(g) > MAX_FLOATS:
+        return f"{_floats(g)} floats per thread (> {MAX_FLOATS})"
+    if g["instruction_sequence"]["dequant"] == "half2" and g["register_allocation"]["regs"]["scale"] == "weight":
+        return "half2 takes the scale on the word's partial sum (a scale in fp16 would be subnormal)"
+    if _shared_bytes(g) > SMEM_LIMIT:
+        return f"the K-lane reduction needs {_shared_bytes(g)} B of shared memory (> {SMEM_LIMIT})"
+    return None
+
+
+# M = 1 at N = 8192: 8 column threads x 64 K lanes, 32 columns a block -> 256 blocks, and
+# 4 x 16 bytes in flight per thread (about 64 KB per SM at two blocks).
+SEEDS = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
+          "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
+          "register_allocation": {"batch": 4, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
+          "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "mask"}},
+         {"parallel_config": {"threads": 256, "ksplit": 16, "rows_per_block": 4},
+          "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ".nc"},
+          "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
+          "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic"}},
+         {"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
+          "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
+          "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
+          "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2"}})
 
 
 def _shared_bytes(g: Genome) -> int:
@@ -215,7 +222,60 @@ def _mask_pos(b: int) -> int:
     return b if b < 5 else b - 3
 
 
-def render_source(g: Genome, problem: dict) -> str:
+def _entry(norm: str | None) -> str:
+    """The kernel's name and parameters; with a fused RMSNorm applied at load, its rows' 1 / rms
+    first (applied at the store, it is computed after the weights have streamed)."""
+    if not norm:
+        return """abebot_w4a16(const T *__restrict__ x, const int *__restrict__ qw, const T *__restrict__ sc, const unsigned char *__restrict__ zp,
+             T *__restrict__ y, int M, int N, int G) {
+    const T *gm = nullptr;
+    const float *inv = nullptr;"""
+    return """abebot_rmsnorm_w4a16(const T *__restrict__ x, const T *__restrict__ gm, const int *__restrict__ qw,
+                     const T *__restrict__ sc, T *__restrict__ y, int M, int N, int G, float eps) {
+    const unsigned char *zp = nullptr;
+    __shared__ float inv[MT];""" + (_NORM_CALL if norm == "load" else "")
+
+
+_NORM_CALL = """
+    block_inv(x, M, (long long)G * 128, blockIdx.y * MT, eps, inv);"""
+
+
+# Every block recomputes its rows' 1 / sqrt(mean(x^2) + eps) from x (tiny, from L2): that is the
+# fusion -- the normalised row is never written out. Warp shuffles, then one float per warp.
+_NORM_PROLOGUE = """
+static __device__ __forceinline__ void block_inv(const T *__restrict__ x, int M, long long K, int m0, float eps, float *inv) {
+    __shared__ float ssw[THREADS / 32][MT];
+    float ss[MT] = {};
+    for (long long k = threadIdx.x * 8; k < K; k += THREADS * 8) {
+#pragma unroll
+        for (int a = 0; a < MT; ++a) {
+            if (m0 + a >= M) continue;
+            float v[8];
+            load_raw8(x + (m0 + a) * K + k, v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) ss[a] = fmaf(v[i], v[i], ss[a]);
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < MT; ++a) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss[a] += __shfl_xor_sync(0xffffffffu, ss[a], o);
+        if (threadIdx.x % 32 == 0) ssw[threadIdx.x / 32][a] = ss[a];
+    }
+    __syncthreads();
+    if (threadIdx.x < MT) {
+        float t = 0.f;
+        for (int w = 0; w < THREADS / 32; ++w) t += ssw[w][threadIdx.x];
+        inv[threadIdx.x] = rsqrtf(t / (float)K + eps);
+    }
+    __syncthreads();
+}
+"""
+
+
+def render_source(g: Genome, problem: dict, norm: str | None = None) -> str:
+    """The kernel of genome ``g``; with ``norm`` ("load" or "store"), RMSNorm fused in front
+    (:mod:`core.workloads.rmsnorm_w4a16`): gamma on x as loaded, 1 / rms there or on the sums."""
     p, m = g["parallel_config"], g["memory_pattern"]
     ra, seq = g["register_allocation"], g["instruction_sequence"]
     dtype, method = problem["dtype"], seq["dequant"]
@@ -226,8 +286,13 @@ def render_source(g: Genome, problem: dict) -> str:
     prescale = ("".join(f"o[{b}] *= {1.0 / 16 ** _mask_pos(b)!r}f; " for b in range(8) if _mask_pos(b))
                 if method == "mask" else "")
     steps = _word_math(method, per_word, seq["nibbles"])
-    zero_of = ("(float)zp[(long long)grp * N + c + e]" if problem["zero_points"] else "8.f")
+    zero_of = ("(float)zp[(long long)grp * N + c + e]" if problem.get("zero_points") else "8.f")
     load_x = ("#pragma unroll\n            for (int a = 0; a < MT; ++a) load_x8(xr[a] + (long long)kw * 8, {dst}[a]);")
+    if norm:  # x times gamma (and 1 / rms when the norm comes first) as it is loaded
+        load_x = ("{{ float gv[8]; load_raw8(gm + (long long)kw * 8, gv);\n#pragma unroll\n"
+                  "            for (int a = 0; a < MT; ++a) {{ load_x8(xr[a] + (long long)kw * 8, {dst}[a]);\n#pragma unroll\n"
+                  "                for (int b = 0; b < 8; ++b) {dst}[a][b] *= gv[b]" + (" * inv[a]" if norm == "load" else "")
+                  + "; }} }}")
     x_batch = ("""            float xb[B][MT][8];
 #pragma unroll
             for (int u = 0; u < B; ++u) {
@@ -236,7 +301,7 @@ def render_source(g: Genome, problem: dict) -> str:
     x_word = ("                float (*xw)[8] = xb[u];" if x_first else
               "                float xw[MT][8];\n    " + load_x.format(dst="xw"))
     nz = 5 if method == "mask" else 1
-    return f"""// AbeBot generated CUDA W4A16 ({dtype}, zero points: {problem['zero_points']}): y = x . ((q - z) * s)
+    return f"""// AbeBot generated CUDA {"RMSNorm + " if norm else ""}W4A16 ({dtype}, zero points: {problem.get('zero_points', False)}): y = {"rmsnorm(x) * gamma" if norm else "x"} . ((q - z) * s)
 typedef {T} T;
 #define THREADS {p['threads']}
 #define KSPLIT {p['ksplit']}
@@ -270,8 +335,8 @@ template <int V> static __device__ __forceinline__ void load_words(const int *p,
     constexpr int BYTES = 4 * V;
 {_load(m["w_load"], "p")}
 }}
-// the 8 x values of one word's rows of K (16 bytes for 16-bit types, twice that for float)
-static __device__ __forceinline__ void load_x8(const T *p, float *o) {{
+// 8 values of one word's rows of K as floats (16 bytes for 16-bit types, twice that for float)
+static __device__ __forceinline__ void load_raw8(const T *p, float *o) {{
     constexpr int BYTES = 16;
 #pragma unroll
     for (int h = 0; h < 8 * ELT / 16; ++h) {{
@@ -283,20 +348,24 @@ static __device__ __forceinline__ void load_x8(const T *p, float *o) {{
             else {{ o[2 * i] = to_f((T)(u[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(u[i] >> 16)); }}
         }}
     }}
+}}
+// the 8 x values of one word (pre-scaled for the mask dequantisation)
+static __device__ __forceinline__ void load_x8(const T *p, float *o) {{
+    load_raw8(p, o);
     {prescale}
 }}
-
+{_NORM_PROLOGUE if norm else ""}
 // columns [c, c + V) of rows [m0, m0 + MT): words ks, ks + KSPLIT, ... of the K / 8
 template <int V>
 static __device__ __forceinline__ void run(const T *__restrict__ x, const int *__restrict__ qw, const T *__restrict__ sc,
-                                           const unsigned char *__restrict__ zp, int M, int N, int G, int m0, int c, int ks,
-                                           float (*acc)[VEC]) {{
+                                           const unsigned char *__restrict__ zp, const T *__restrict__ gm, const float *inv,
+                                           int M, int N, int G, int m0, int c, int ks, float (*acc)[VEC]) {{
     const int KW = G * 16;
     const T *xr[MT];
 #pragma unroll
     for (int a = 0; a < MT; ++a) xr[a] = x + (long long)(m0 + a < M ? m0 + a : m0) * G * 128;
-#pragma unroll {ra['regs']['unroll']}
 {"    unsigned w[B][V];" + chr(10) + _load_batch("w", "ks") if prefetch else ""}
+#pragma unroll {ra['regs']['unroll']}
     for (int j = ks; j < KW; j += KSPLIT * B) {{
 {x_batch}{_load_batch("wn", "j + KSPLIT * B") if prefetch else "            unsigned w[B][V];" + chr(10) + _load_batch("w", "j")}
 #pragma unroll
@@ -323,23 +392,22 @@ static __device__ __forceinline__ void run(const T *__restrict__ x, const int *_
 }}
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-abebot_w4a16(const T *__restrict__ x, const int *__restrict__ qw, const T *__restrict__ sc, const unsigned char *__restrict__ zp,
-             T *__restrict__ y, int M, int N, int G) {{
+{_entry(norm)}
     const int tc = threadIdx.x % TC, ks = threadIdx.x / TC;
     const int c0 = (blockIdx.x * TC + tc) * VEC, m0 = blockIdx.y * MT;
     float acc[MT][VEC] = {{}};
     const bool vec_ok = N % VEC == 0 && ((unsigned long long)qw % (4 * VEC)) == 0;  // else column by column
     if (c0 < N) {{
-        if (vec_ok) run<VEC>(x, qw, sc, zp, M, N, G, m0, c0, ks, acc);
+        if (vec_ok) run<VEC>(x, qw, sc, zp, gm, inv, M, N, G, m0, c0, ks, acc);
         else {{
             for (int e = 0; e < VEC && c0 + e < N; ++e) {{
                 float one[MT][VEC] = {{}};
-                run<1>(x, qw, sc, zp, M, N, G, m0, c0 + e, ks, one);
+                run<1>(x, qw, sc, zp, gm, inv, M, N, G, m0, c0 + e, ks, one);
 #pragma unroll
                 for (int a = 0; a < MT; ++a) acc[a][e] = one[a][0];
             }}
         }}
-    }}
+    }}{_NORM_CALL if norm == "store" else ""}
 #if KSPLIT > 1
     // K lanes of a warp add up by shuffles (a warp holds KL of them), then the NG groups through
     // shared memory in a fixed order; every thread reaches both, so no shuffle or barrier diverges
@@ -371,6 +439,6 @@ abebot_w4a16(const T *__restrict__ x, const int *__restrict__ qw, const T *__res
     for (int a = 0; a < MT; ++a)
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-            if (m0 + a < M && c0 + e < N) y[(long long)(m0 + a) * N + c0 + e] = from_f(acc[a][e]);
+            if (m0 + a < M && c0 + e < N) y[(long long)(m0 + a) * N + c0 + e] = from_f(acc[a][e]{" * inv[a]" if norm == "store" else ""});
 }}
 """
