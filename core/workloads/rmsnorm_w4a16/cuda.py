@@ -50,7 +50,7 @@ TEMPLATE = CudaRmsNormW4A16Template
 def _shared_bytes(g: Genome) -> int:
     """W4A16's K-lane reduction, plus a float per warp and row (the sum of squares) and 1 / rms per row."""
     p = g["parallel_config"]
-    return w4a16_cuda._shared_bytes(g) + 4 * (p["threads"] // 32 + 1) * p["rows_per_block"]
+    return w4a16_cuda.shared_bytes(g) + 4 * (p["threads"] // 32 + 1) * p["rows_per_block"]
 
 
 def _fits_shared(g: Genome) -> str | None:

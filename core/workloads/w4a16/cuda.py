@@ -53,7 +53,7 @@ class CudaW4A16Template(Template):
         p, v = genome["parallel_config"], genome["memory_pattern"]["vec"]
         col_threads = p["threads"] // p["ksplit"]
         launch = {"threads": p["threads"], "col_threads": col_threads, "vec": v, "rows_per_block": p["rows_per_block"]}
-        resources = {"threads": p["threads"], "shared_bytes": _shared_bytes(genome),
+        resources = {"threads": p["threads"], "shared_bytes": shared_bytes(genome),
                      "registers": min(255, 65536 // p["threads"], 40 + _floats(genome))}
         return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",), launch, resources)
 
@@ -106,8 +106,8 @@ def fits(g: Genome) -> str | None:
         return f"{_floats(g)} floats per thread (> {MAX_FLOATS})"
     if g["instruction_sequence"]["dequant"] == "half2" and g["register_allocation"]["regs"]["scale"] == "weight":
         return "half2 takes the scale on the word's partial sum (a scale in fp16 would be subnormal)"
-    if _shared_bytes(g) > SMEM_LIMIT:
-        return f"the K-lane reduction needs {_shared_bytes(g)} B of shared memory (> {SMEM_LIMIT})"
+    if shared_bytes(g) > SMEM_LIMIT:
+        return f"the K-lane reduction needs {shared_bytes(g)} B of shared memory (> {SMEM_LIMIT})"
     return None
 
 
@@ -127,7 +127,7 @@ SEEDS = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1}
           "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2"}})
 
 
-def _shared_bytes(g: Genome) -> int:
+def shared_bytes(g: Genome) -> int:
     """The reduction's floats: per K-lane group left after the in-warp shuffle (one per warp, or
     per K lane when a K lane is a warp or more), per column thread, row and column."""
     p = g["parallel_config"]
