@@ -79,6 +79,11 @@ class RmsNormW4A16Workload(Workload):
         xn = x / xp.sqrt((x * x).mean(-1, keepdims=True) + problem["eps"]) * t["gamma"].reshape(-1)
         return {"y": xn @ dequantize(xp, t["qweight"], t["scales"])}
 
+    def weights(self, problem: dict) -> tuple[str, ...]:
+        """The quantised weights and scales, which a template may repack (the CUDA tensor-core path
+        does); x and gamma never reach a repack."""
+        return ("qweight", "scales")
+
     def perturbation(self, problem: dict) -> str | None:
         return "m"
 

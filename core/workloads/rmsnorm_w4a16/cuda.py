@@ -15,6 +15,7 @@ from typing import Any, Callable
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome
 from core.workloads.w4a16 import cuda as w4a16_cuda
+from core.workloads.w4a16 import cuda_mma
 from core.workloads.w4a16.cuda import CudaW4A16Template, render_source
 
 NORM = ChoiceGene("norm", ("load", "store"), "1 / rms before the stream on x as loaded, or after it on the sums")
@@ -24,11 +25,12 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
     """The CUDA template of :class:`~core.workloads.rmsnorm_w4a16.RmsNormW4A16Workload`."""
 
     def gene_space(self) -> GeneSpace:
-        groups = w4a16_cuda.gene_groups()
+        dtype = self.problem["dtype"]
+        groups = w4a16_cuda.gene_groups(dtype)
         groups["instruction_sequence"] = (*groups["instruction_sequence"], NORM)
         seeds = tuple({**s, "instruction_sequence": {**s["instruction_sequence"], "norm": norm}}
-                      for s, norm in zip(w4a16_cuda.SEEDS, ("store", "load", "store")))
-        return GeneSpace(groups, (w4a16_cuda.fits, _fits_shared), seeds)
+                      for s, norm in zip(w4a16_cuda.seeds(dtype), ("store", "load", "store", "load")))
+        return GeneSpace(groups, (w4a16_cuda.fits, _fits_shared), seeds, canonicalisers=(cuda_mma.canonical,))
 
     def render(self, genome: Genome) -> KernelSource:
         base = super().render(genome)
@@ -39,18 +41,20 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         lp = kernel.launch_params
         m, n = shape["m"], shape["n"]
-        grid = (-(-(-(-n // lp["vec"])) // lp["col_threads"]), -(-m // lp["rows_per_block"]), 1)
-        return kernel.bind(grid, (lp["threads"], 1, 1), (t["x"], t["gamma"], t["qweight"], t["scales"], t["y"], m, n,
-                                                         shape["k_groups"], float(self.problem["eps"])))
+        return kernel.bind(w4a16_cuda.grid(lp, m, n), (lp["threads"], 1, 1),
+                           (t["x"], t["gamma"], w4a16_cuda.words(lp, t), t["scales"], t["y"], m, n, shape["k_groups"],
+                            float(self.problem["eps"])))
 
 
 TEMPLATE = CudaRmsNormW4A16Template
 
 
 def _shared_bytes(g: Genome) -> int:
-    """W4A16's K-lane reduction, plus a float per warp and row (the sum of squares) and 1 / rms per row."""
+    """W4A16's K-lane reduction, plus a float per warp and row (the sum of squares) and 1 / rms per
+    row (16 rows on the tensor-core path)."""
     p = g["parallel_config"]
-    return w4a16_cuda.shared_bytes(g) + 4 * (p["threads"] // 32 + 1) * p["rows_per_block"]
+    rows = 16 if g["instruction_sequence"]["math"] == "mma" else p["rows_per_block"]
+    return w4a16_cuda.shared_bytes(g) + 4 * (p["threads"] // 32 + 1) * rows
 
 
 def _fits_shared(g: Genome) -> str | None:

@@ -35,6 +35,7 @@ from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
 from core.workloads.template import Template
+from core.workloads.w4a16 import cuda_mma
 
 NIBBLES = tuple(f"N{b}" for b in range(8))
 MAX_FLOATS = 128  # words, x values, accumulators and partial sums per thread
@@ -47,9 +48,16 @@ class CudaW4A16Template(Template):
     backend = "cuda"
 
     def gene_space(self) -> GeneSpace:
-        return GeneSpace(gene_groups(), (fits,), SEEDS)
+        return GeneSpace(gene_groups(self.problem["dtype"]), (fits,), seeds(self.problem["dtype"]),
+                         canonicalisers=(cuda_mma.canonical,))
 
     def render(self, genome: Genome) -> KernelSource:
+        if genome["instruction_sequence"]["math"] == "mma":
+            resources = {"threads": genome["parallel_config"]["threads"], "shared_bytes": shared_bytes(genome),
+                         "registers": min(255, 65536 // genome["parallel_config"]["threads"],
+                                           40 + cuda_mma.registers(genome))}
+            return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",),
+                                cuda_mma.launch(genome), resources)
         p, v = genome["parallel_config"], genome["memory_pattern"]["vec"]
         col_threads = p["threads"] // p["ksplit"]
         launch = {"threads": p["threads"], "col_threads": col_threads, "vec": v, "rows_per_block": p["rows_per_block"]}
@@ -60,17 +68,36 @@ class CudaW4A16Template(Template):
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         lp = kernel.launch_params
         m, n = shape["m"], shape["n"]
-        grid = (-(-(-(-n // lp["vec"])) // lp["col_threads"]), -(-m // lp["rows_per_block"]), 1)
         zeros = t["zeros"] if self.problem["zero_points"] else t["qweight"]  # (not read without zero points)
-        return kernel.bind(grid, (lp["threads"], 1, 1), (t["x"], t["qweight"], t["scales"], zeros, t["y"], m, n,
-                                                         shape["k_groups"]))
+        return kernel.bind(grid(lp, m, n), (lp["threads"], 1, 1), (t["x"], words(lp, t), t["scales"], zeros, t["y"], m,
+                                                                    n, shape["k_groups"]))
+
+    def repack(self, kernel: Any, arrays: Any, weights: dict, shape: dict) -> dict:
+        """The tensor-core path's words (:func:`cuda_mma.repack`); nothing for the GEMV path."""
+        lp = kernel.launch_params
+        if lp.get("math") != "mma":
+            return {}
+        return {cuda_mma.PACKED: cuda_mma.repack(weights["qweight"], int(lp["cols"]))}
+
+
+def grid(lp: dict, m: int, n: int) -> tuple[int, int, int]:
+    """The launch grid of a kernel with launch parameters ``lp`` for an m x n output."""
+    if lp.get("math") == "mma":
+        return cuda_mma.grid(lp, m, n)
+    return (-(-(-(-n // lp["vec"])) // lp["col_threads"]), -(-m // lp["rows_per_block"]), 1)
+
+
+def words(lp: dict, t: dict) -> Any:
+    """The words the kernel reads: GPTQ's, or the tensor-core path's repacked ones."""
+    return t[cuda_mma.PACKED] if lp.get("math") == "mma" else t["qweight"]
 
 
 TEMPLATE = CudaW4A16Template
 
 
-def gene_groups() -> dict:
-    """The four gene groups (the fused RMSNorm template adds its own gene to them)."""
+def gene_groups(dtype: str = "bfloat16") -> dict:
+    """The four gene groups (the fused RMSNorm template adds its own gene to them); the tensor-core
+    path (``math``) for 16-bit activations only."""
     return {
         "parallel_config": (
             ChoiceGene("threads", (128, 256, 512, 1024), "threads per block"),
@@ -93,12 +120,16 @@ def gene_groups() -> dict:
             ChoiceGene("first", ("words", "x"), "a batch's words first (x at each word's math), or its x first"),
             ChoiceGene("dequant", ("cvt", "magic", "mask", "half2"),
                        "nibble to float: cvt, 2^23 magic number, masked in place; or two at a time in fp16x2"),
+            ChoiceGene("math", ("fma", "mma") if dtype in cuda_mma.TYPES else ("fma",),
+                       "float32 FMAs (the GEMV), or tensor-core mma.sync on repacked words"),
         ),
     }
 
 
 def fits(g: Genome) -> str | None:
     """Why ``g`` cannot run (registers, shared memory, a half2 weight scale), or None."""
+    if g["instruction_sequence"]["math"] == "mma":
+        return cuda_mma.fits(g)
     p = g["parallel_config"]
     if p["threads"] // p["ksplit"] < 2:
         return "fewer than 2 column threads per block"
@@ -116,20 +147,32 @@ def fits(g: Genome) -> str | None:
 SEEDS = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
           "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
           "register_allocation": {"batch": 4, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
-          "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "mask"}},
+          "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "mask", "math": "fma"}},
          {"parallel_config": {"threads": 256, "ksplit": 16, "rows_per_block": 4},
           "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ".nc"},
           "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
-          "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic"}},
+          "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic", "math": "fma"}},
          {"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
           "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
           "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
-          "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2"}})
+          "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "fma"}})
+# M = 16: tensor cores, 8 warps splitting K over a block of 32 columns (256 blocks at N = 8192)
+MMA_SEED = {"parallel_config": {"threads": 256, "ksplit": 8, "rows_per_block": 1},
+            "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": ""},
+            "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
+            "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "mma"}}
+
+
+def seeds(dtype: str) -> tuple:
+    """The seeds for activations of ``dtype`` (the tensor-core one for 16-bit types)."""
+    return SEEDS + ((MMA_SEED,) if dtype in cuda_mma.TYPES else ())
 
 
 def shared_bytes(g: Genome) -> int:
     """The reduction's floats: per K-lane group left after the in-warp shuffle (one per warp, or
     per K lane when a K lane is a warp or more), per column thread, row and column."""
+    if g["instruction_sequence"]["math"] == "mma":
+        return cuda_mma.shared_bytes(g)
     p = g["parallel_config"]
     if p["ksplit"] == 1:
         return 0
@@ -218,6 +261,25 @@ def _word_math(method: str, per_word: bool, order: tuple) -> str:
                 }}"""
 
 
+def _raw8(hint: str) -> str:
+    """``load_raw8``: the 8 values of one word's rows of K as floats."""
+    return """// 8 values of one word's rows of K as floats (16 bytes for 16-bit types, twice that for float)
+static __device__ __forceinline__ void load_raw8(const T *p, float *o) {
+    constexpr int BYTES = 16;
+#pragma unroll
+    for (int h = 0; h < 8 * ELT / 16; ++h) {
+        unsigned u[4];
+""" + _load(hint, "p + h * 16 / ELT") + """
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            if constexpr (ELT == 4) o[h * 4 + i] = __uint_as_float(u[i]);
+            else { o[2 * i] = to_f((T)(u[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(u[i] >> 16)); }
+        }
+    }
+}
+"""
+
+
 def _mask_pos(b: int) -> int:
     return b if b < 5 else b - 3
 
@@ -276,6 +338,9 @@ static __device__ __forceinline__ void block_inv(const T *__restrict__ x, int M,
 def render_source(g: Genome, problem: dict, norm: str | None = None) -> str:
     """The kernel of genome ``g``; with ``norm`` ("load" or "store"), RMSNorm fused in front
     (:mod:`core.workloads.rmsnorm_w4a16`): gamma on x as loaded, 1 / rms there or on the sums."""
+    if g["instruction_sequence"]["math"] == "mma":
+        prologue = (_raw8(g["memory_pattern"]["x_load"]) + _NORM_PROLOGUE) if norm else ""
+        return cuda_mma.render_source(g, problem, norm, prologue, _entry(norm), _NORM_CALL)
     p, m = g["parallel_config"], g["memory_pattern"]
     ra, seq = g["register_allocation"], g["instruction_sequence"]
     dtype, method = problem["dtype"], seq["dequant"]
@@ -335,21 +400,7 @@ template <int V> static __device__ __forceinline__ void load_words(const int *p,
     constexpr int BYTES = 4 * V;
 {_load(m["w_load"], "p")}
 }}
-// 8 values of one word's rows of K as floats (16 bytes for 16-bit types, twice that for float)
-static __device__ __forceinline__ void load_raw8(const T *p, float *o) {{
-    constexpr int BYTES = 16;
-#pragma unroll
-    for (int h = 0; h < 8 * ELT / 16; ++h) {{
-        unsigned u[4];
-{_load(m["x_load"], "p + h * 16 / ELT")}
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {{
-            if constexpr (ELT == 4) o[h * 4 + i] = __uint_as_float(u[i]);
-            else {{ o[2 * i] = to_f((T)(u[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(u[i] >> 16)); }}
-        }}
-    }}
-}}
-// the 8 x values of one word (pre-scaled for the mask dequantisation)
+{_raw8(m['x_load'])}// the 8 x values of one word (pre-scaled for the mask dequantisation)
 static __device__ __forceinline__ void load_x8(const T *p, float *o) {{
     load_raw8(p, o);
     {prescale}

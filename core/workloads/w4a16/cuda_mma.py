@@ -1,0 +1,306 @@
+"""The tensor-core path of the CUDA W4A16 template (``instruction_sequence.math = mma``).
+
+At M = 16 the float32 FMAs of the GEMV path run out of issue slots (16 x 2 x K x N flops), so
+this path multiplies with ``mma.sync.m16n8k16`` (bf16 or fp16 in, float32 accumulators): x is the
+16 x 16 A fragment (rows past M are zeros), the dequantised weights the 16 x 8 B fragments.
+
+The weights are repacked once (:func:`repack`, through :meth:`Template.repack`, timed apart and
+counted as memory) so that one 16-byte load gives a lane exactly the B fragments it needs: for
+K in steps of 32 and N in blocks of 32 columns, ``packed[nb, ks, lane, j]`` (int32) holds, for
+lane ``l = 4 g + t`` and column ``32 nb + 8 j + g``, the 8 values at ``k = 32 ks + 16 s + 8 h +
+2 t + i`` (s, h, i in {0, 1}) with value (s, h, i) in bits ``4 (2 s + h) + 16 i``. So
+``(word >> 4 p) & 0x000F000F`` is a pair of values, low and high half, as the fragment wants
+them, and lop3 with the 16-bit type's magic exponent makes them ``magic + q`` in one instruction
+(FasterTransformer's and Marlin's trick); a subtraction of ``magic + z`` gives ``q - z`` exactly.
+A warp's loads of one step are 512 contiguous bytes, and its steps are contiguous along K.
+
+A block is ``WK x WN`` warps: ``WN`` side by side along N (they read the same x, from L1), ``WK``
+splitting K by chunks of ``batch`` steps, added up through shared memory in a fixed order
+(deterministic). Genes, as this path reads them:
+
+* parallel_config -- threads (warps = threads / 32), ksplit (warps along K, at most the warps);
+* memory_pattern -- vec (4 vec n8 tiles a warp: 32 vec columns), the cache hints of both loads;
+* register_allocation -- batch (K steps of 32 loaded before their math), pipeline (the next chunk's
+  loads issued before this chunk's math), scale: ``word`` multiplies each group's float32 partial
+  sums by the scale (exact; twice the accumulators), ``weight`` scales the weights in the 16-bit
+  type before the mma (one rounding per weight, as Marlin does); unroll;
+* instruction_sequence -- first: the chunk's x fragments loaded with its words, or at each step.
+
+``rows_per_block``, ``nibbles`` and ``dequant`` do not apply here: :func:`canonical` fixes them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from core.backends.cuda import SCALAR_TYPES
+from core.genome import Genome, with_gene
+
+PACKED = "qweight_mma"  # the repacked words' name in bind()'s tensors
+MAX_REGS = 168  # accumulators, words in flight and x fragments per thread
+SMEM_LIMIT = 48 * 1024
+# the 16-bit type's 0x000F000F | magic makes (magic + q) in each half; an mma per type
+TYPES = ("bfloat16", "float16")  # the activations mma.sync takes here
+_TYPE = {"bfloat16": ("0x43004300u", 128, "bf16", "cvt.rn.bf16x2.f32", "0x3F803F80u"),
+         "float16": ("0x64006400u", 1024, "f16", "cvt.rn.f16x2.f32", "0x3C003C00u")}
+
+
+def shape_of(g: Genome) -> dict:
+    """Warps, warps along K and N, n8 tiles a warp and the block's columns of genome ``g``."""
+    warps = g["parallel_config"]["threads"] // 32
+    wk = min(g["parallel_config"]["ksplit"], warps)
+    nt = 4 * g["memory_pattern"]["vec"]
+    return {"warps": warps, "wk": wk, "wn": warps // wk, "nt": nt, "cols": warps // wk * 8 * nt}
+
+
+def canonical(g: Genome) -> Genome:
+    """Genes this path does not read set to one value (so equal kernels are equal genomes)."""
+    if g["instruction_sequence"]["math"] != "mma":
+        return g
+    warps = g["parallel_config"]["threads"] // 32
+    g = with_gene(g, "parallel_config", "ksplit", min(g["parallel_config"]["ksplit"], warps))
+    g = with_gene(g, "parallel_config", "rows_per_block", 1)
+    g = with_gene(g, "instruction_sequence", "nibbles", tuple(f"N{b}" for b in range(8)))
+    return with_gene(g, "instruction_sequence", "dequant", "half2")
+
+
+def registers(g: Genome) -> int:
+    """32-bit registers of accumulators, words in flight and x fragments."""
+    s, ra = shape_of(g), g["register_allocation"]
+    acc = 4 * s["nt"] * (2 if ra["regs"]["scale"] == "word" else 1)
+    words = s["nt"] * ra["batch"] * (2 if ra["pipeline"] == "next" else 1)
+    frags = 8 * (ra["batch"] if g["instruction_sequence"]["first"] == "x" else 1)
+    return acc + words + frags
+
+
+def shared_bytes(g: Genome) -> int:
+    """The K warps' partial sums: every warp but the first of each column of warps."""
+    s = shape_of(g)
+    return (s["wk"] - 1) * s["wn"] * s["nt"] * 4 * 32 * 4
+
+
+def fits(g: Genome) -> str | None:
+    """Why the mma kernel of ``g`` cannot run, or None."""
+    if registers(g) > MAX_REGS:
+        return f"{registers(g)} registers of accumulators, words and fragments (> {MAX_REGS})"
+    if shared_bytes(g) > SMEM_LIMIT:
+        return f"the K warps' reduction needs {shared_bytes(g)} B of shared memory (> {SMEM_LIMIT})"
+    return None
+
+
+def launch(g: Genome) -> dict:
+    """What :meth:`bind` and :meth:`repack` read: the block, its columns, the tile width."""
+    s = shape_of(g)
+    return {"math": "mma", "threads": 32 * s["warps"], "cols": s["cols"], "rows_per_block": 16}
+
+
+def grid(lp: dict, m: int, n: int) -> tuple[int, int, int]:
+    return (-(-n // lp["cols"]), -(-m // 16), 1)
+
+
+def repack(qweight: Any, cols: int) -> Any:
+    """GPTQ words (k_groups, 16, n) in the mma layout of the module docstring, N padded with zero
+    words to a multiple of ``cols``: int32 (n_pad / 32, K / 32, 32, 4), in the input's library
+    (torch on a GPU, numpy in the tests)."""
+    g, _, n = qweight.shape
+    k, npad = 128 * g, -(-n // cols) * cols
+    torch_like = type(qweight).__module__.startswith("torch")
+    if torch_like:
+        import torch as lib
+        ar = lambda m: lib.arange(m, dtype=qweight.dtype, device=qweight.device)  # noqa: E731
+    else:
+        import numpy as lib
+        ar = lambda m: lib.arange(m, dtype=qweight.dtype)  # noqa: E731
+    q = ((qweight.reshape(16 * g, 1, n) >> (ar(8).reshape(1, 8, 1) * 4)) & 15).reshape(k, n)  # k = 8 r + b
+    if npad != n:
+        pad = lib.zeros((k, npad - n), dtype=q.dtype, **({"device": q.device} if torch_like else {}))
+        q = lib.cat((q, pad), 1) if torch_like else lib.concatenate((q, pad), 1)
+    # k = 32 ks + 16 s + 8 h + 2 t + i and n = 32 nb + 8 j + g  ->  (nb, ks, g, t, j, s h, i)
+    q = q.reshape(k // 32, 2, 2, 4, 2, npad // 32, 4, 8)
+    order = (5, 0, 7, 3, 6, 1, 2, 4)
+    q = (q.permute(*order) if torch_like else q.transpose(order)).reshape(npad // 32, k // 32, 8, 4, 4, 4, 2)
+    q = q << (ar(4).reshape(4, 1) * 4 + ar(2) * 16)  # value (s, h, i) to bits 4 (2 s + h) + 16 i
+    if torch_like:
+        return q.sum(dim=(5, 6), dtype=qweight.dtype).reshape(npad // 32, k // 32, 32, 4).contiguous()
+    return lib.ascontiguousarray(q.sum(axis=(5, 6), dtype=qweight.dtype).reshape(npad // 32, k // 32, 32, 4))
+
+
+def _ld(hint: str, width: str, out: str, ptr: str) -> str:
+    if width == "v4":
+        return (f'asm volatile("ld.global{hint}.v4.u32 {{%0,%1,%2,%3}}, [%4];" : "=r"({out}.x), "=r"({out}.y), '
+                f'"=r"({out}.z), "=r"({out}.w) : "l"({ptr}));')
+    return f'asm volatile("ld.global{hint}.u32 %0, [%1];" : "=r"({out}) : "l"({ptr}));'
+
+
+def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, entry: str, norm_call: str) -> str:
+    """The mma kernel of genome ``g`` (16-bit activations). ``prologue``, ``entry`` and ``norm_call``
+    come from the CUDA template (the kernel's parameters; with a fused RMSNorm, the 1 / rms of the
+    block's rows): with ``norm``, x is multiplied by gamma, and by 1 / rms at load or on the sums."""
+    s, m, ra = shape_of(g), g["memory_pattern"], g["register_allocation"]
+    dtype = problem["dtype"]
+    T, to_f, from_f = SCALAR_TYPES[dtype]
+    magic, base, mma_t, cvt2, one = _TYPE[dtype]
+    before = ra["regs"]["scale"] == "weight"
+    x_first = g["instruction_sequence"]["first"] == "x"
+    prefetch = ra["pipeline"] == "next"
+    if problem.get("zero_points"):
+        c2 = (f"const float z = (float)zp[(long long)grp * N + min(col, N - 1)];\n"
+              f"                const unsigned c2 = pack2({base}.f + z, {base}.f + z);")
+        c2_once = ""
+    else:
+        c2, c2_once = "", f"\n    const unsigned c2 = pack2({base + 8}.f, {base + 8}.f);"
+    words = _load_words(m["w_load"])
+    head = (f"        uint4 nxt[B][NB4];\n{words.format(dst='nxt', start='s0 + WK * B')}" if prefetch else
+            f"        uint4 w[B][NB4];\n{words.format(dst='w', start='s0')}")
+    if x_first:
+        frags = ("        unsigned xf[B][8];\n#pragma unroll\n        for (int u = 0; u < B; ++u) {\n"
+                 "            const long long k = (long long)min(s0 + u, KS - 1) * 32;\n"
+                 + _frag_lines("            ", "xf[u]", norm) + "        }\n")
+        frag_at = "            const unsigned *fr = xf[u];"
+    else:
+        frags = ""
+        frag_at = ("            const long long k = (long long)ks * 32;\n            unsigned fr[8];\n"
+                   + _frag_lines("            ", "fr", norm).rstrip("\n"))
+    scale = ("                const T sv = sc[(long long)grp * N + min(col, N - 1)];\n"
+             "                const unsigned s2 = (unsigned)sv | ((unsigned)sv << 16);\n") if before else ""
+    b = (lambda p: f"mul2(dq(wv, {p}, c2), s2)") if before else (lambda p: f"dq(wv, {p}, c2)")
+    target = "acc[j]" if before else "part[j]"
+    return f"""// AbeBot generated CUDA {"RMSNorm + " if norm else ""}W4A16 on tensor cores ({dtype}, zero points: {problem.get('zero_points', False)})
+typedef {T} T;
+#define THREADS {32 * s['warps']}
+#define WK {s['wk']}
+#define WN {s['wn']}
+#define NT {s['nt']}
+#define NB4 (NT / 4)
+#define B {ra['batch']}
+#define MT 16
+#define ELT 2
+
+static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
+static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
+static __device__ __forceinline__ unsigned pack2(float lo, float hi) {{
+    unsigned r; asm("{cvt2} %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }}
+static __device__ __forceinline__ unsigned lop3_and_or(unsigned a, unsigned b, unsigned c) {{
+    unsigned r; asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }}
+// a - b as (-b) * 1 + a, and a * b as a * b + (-0): fma.{mma_t}x2 exists since sm_80
+static __device__ __forceinline__ unsigned sub2(unsigned a, unsigned b) {{
+    unsigned r; asm("fma.rn.{mma_t}x2 %0, %1, %2, %3;" : "=r"(r) : "r"(b ^ 0x80008000u), "r"({one}), "r"(a)); return r; }}
+static __device__ __forceinline__ unsigned mul2(unsigned a, unsigned b) {{
+    unsigned r; asm("fma.rn.{mma_t}x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u)); return r; }}
+static __device__ __forceinline__ void mma(float *d, const unsigned *a, unsigned b0, unsigned b1) {{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.{mma_t}.{mma_t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)); }}
+// two adjacent x values of one row as a pair (0 past M); with a fused RMSNorm, times gamma and a scale
+static __device__ __forceinline__ unsigned x_pair(const T *p, const T *gp, float scale, bool ok) {{
+    if (!ok) return 0u;
+    unsigned u;
+    {_ld(m["x_load"], "b32", "u", "p")}
+    if (!gp) return u;
+    const unsigned gv = *(const unsigned *)gp;
+    return pack2(to_f((T)(u & 0xffffu)) * to_f((T)(gv & 0xffffu)) * scale, to_f((T)(u >> 16)) * to_f((T)(gv >> 16)) * scale);
+}}
+// values (lo, hi) of pair p of a word, minus (magic + z)
+static __device__ __forceinline__ unsigned dq(unsigned w, int p, unsigned c2) {{
+    return sub2(lop3_and_or(w >> (4 * p), 0x000F000Fu, {magic}), c2);
+}}
+{prologue}
+extern "C" __global__ void __launch_bounds__(THREADS)
+{entry}
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WK, wn = warp / WK;
+    const int g = lane >> 2, t = lane & 3, m0 = blockIdx.y * 16, KS = G * 4;
+    const int nb0 = (blockIdx.x * WN + wn) * NB4, n0 = nb0 * 32;
+    const uint4 *wp = (const uint4 *)qw + (long long)nb0 * KS * 32 + lane;
+    const bool ok[2] = {{m0 + g < M, m0 + g + 8 < M}};
+    const T *xr[2] = {{x + (long long)(ok[0] ? m0 + g : 0) * G * 128 + 2 * t, x + (long long)(ok[1] ? m0 + g + 8 : 0) * G * 128 + 2 * t}};{c2_once}{chr(10) + "    const T *gr = gm + 2 * t;" if norm else ""}
+    float acc[NT][4] = {{}};{"" if before else chr(10) + "    float part[NT][4] = {};"}
+    const int chunks = (KS + B - 1) / B;
+{"    uint4 w[B][NB4];" + chr(10) + "    {" + chr(10) + "        const int s0 = wk * B;" + chr(10) + words.format(dst="w", start="s0") + "    }" if prefetch else ""}
+#pragma unroll {ra['regs']['unroll']}
+    for (int c = wk; c < chunks; c += WK) {{
+        const int s0 = c * B;
+{head}{frags}#pragma unroll
+        for (int u = 0; u < B; ++u) {{
+            const int ks = s0 + u;
+            if (ks >= KS) break;
+            const int grp = ks >> 2;
+{frag_at}
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {{
+                const int col = n0 + 8 * j + g;
+                {c2}
+                const uint4 &q = w[u][j / 4];
+                const unsigned wv = j % 4 == 0 ? q.x : j % 4 == 1 ? q.y : j % 4 == 2 ? q.z : q.w;
+{scale}                mma({target}, fr, {b(0)}, {b(1)});
+                mma({target}, fr + 4, {b(2)}, {b(3)});
+            }}
+{"" if before else _FLUSH}
+        }}{_COPY if prefetch else ""}
+    }}{norm_call if norm == "store" else ""}
+#if WK > 1
+    // the K warps' sums, added in a fixed order (deterministic); every thread reaches the barrier
+    __shared__ float red[(WK - 1) * WN * NT * 4 * 32];
+    if (wk > 0)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) red[((((wk - 1) * WN + wn) * NT + j) * 4 + r) * 32 + lane] = acc[j][r];
+    __syncthreads();
+    if (wk != 0) return;
+    for (int l = 1; l < WK; ++l)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[j][r] += red[((((l - 1) * WN + wn) * NT + j) * 4 + r) * 32 + lane];
+#endif
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {{
+            const int row = m0 + g + 8 * (r / 2), col = n0 + 8 * j + 2 * t + r % 2;
+            if (row < M && col < N) y[(long long)row * N + col] = from_f(acc[j][r]{" * inv[row - m0]" if norm == "store" else ""});
+        }}
+}}
+"""
+
+
+def _load_words(hint: str) -> str:
+    """The loads of a chunk's B steps (a step past the end loads the last one, never used)."""
+    return """#pragma unroll
+        for (int u = 0; u < B; ++u)
+#pragma unroll
+            for (int i = 0; i < NB4; ++i) {{
+                const uint4 *p = wp + ((long long)i * KS + min({start} + u, KS - 1)) * 32;
+                """ + _ld(hint, "v4", "DST[u][i]", "p").replace("{", "{{").replace("}", "}}").replace("DST", "{dst}") \
+        + "\n            }}\n"
+
+
+def _frag_lines(indent: str, dst: str, norm: str | None) -> str:
+    """The A fragments of one K step of 32: ``dst[0..3]`` for k .. k + 15, ``dst[4..7]`` for k + 16
+    .. k + 31; fragment register r holds row g (+ 8 for odd r) at k + 2 t (+ 8 for r >= 2)."""
+    lines = []
+    for i in range(8):
+        row, koff = i % 2, 16 * (i // 4) + 8 * ((i % 4) // 2)
+        gamma = f"gr + k + {koff}" if norm else "nullptr"
+        scale = f"inv[g + {8 * row}]" if norm == "load" else "1.f"
+        lines.append(f"{indent}{dst}[{i}] = x_pair(xr[{row}] + k + {koff}, {gamma}, {scale}, ok[{row}]);\n")
+    return "".join(lines)
+
+
+# A group's float32 partial sums times its scales, at the group's end or the chunk's.
+_FLUSH = """            if ((u & 3) == 3 || u == B - 1 || ks == KS - 1) {
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const int col = n0 + 8 * j + 2 * t;
+                    const float s_lo = col < N ? to_f(sc[(long long)grp * N + col]) : 0.f;
+                    const float s_hi = col + 1 < N ? to_f(sc[(long long)grp * N + col + 1]) : 0.f;
+                    acc[j][0] += part[j][0] * s_lo; acc[j][1] += part[j][1] * s_hi;
+                    acc[j][2] += part[j][2] * s_lo; acc[j][3] += part[j][3] * s_hi;
+                    part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
+                }
+            }"""
+
+_COPY = """
+#pragma unroll
+        for (int u = 0; u < B; ++u)
+#pragma unroll
+            for (int i = 0; i < NB4; ++i) w[u][i] = nxt[u][i];"""

@@ -1,0 +1,113 @@
+"""The W4A16 CUDA template's tensor-core path: the repacked layout, the genes it reads, its source.
+
+The kernel itself runs on the GPU only (benchmarks/DECODE_H200.md); here the layout the kernel's
+fragments assume is checked value by value, in numpy and in torch."""
+import numpy as np
+import pytest
+
+from core.genome import GeneSpace
+from core.workloads.w4a16 import cuda, cuda_mma
+from core.workloads.rmsnorm_w4a16 import cuda as fused_cuda
+
+
+def _qweight(g: int, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    nib = rng.integers(0, 16, size=(g, 16, n, 8), dtype=np.int64)
+    return (nib << (4 * np.arange(8))).sum(-1).astype(np.uint32).view(np.int32)
+
+
+def _values(qweight: np.ndarray) -> np.ndarray:
+    """(K, N) 4-bit values of GPTQ words: value b of word [g, i, c] is k = 128 g + 8 i + b."""
+    g, _, n = qweight.shape
+    words = qweight.view(np.uint32).reshape(16 * g, 1, n)
+    return ((words >> (4 * np.arange(8, dtype=np.uint32)).reshape(1, 8, 1)) & 15).reshape(128 * g, n)
+
+
+@pytest.mark.parametrize("n, cols", [(67, 32), (64, 64), (130, 128)])
+def test_every_value_is_where_the_fragments_read_it(n, cols):
+    qweight = _qweight(2, n)
+    packed = cuda_mma.repack(qweight, cols)
+    npad = -(-n // cols) * cols
+    assert packed.shape == (npad // 32, 8, 32, 4) and packed.dtype == np.int32
+    q = _values(qweight)
+    words = packed.view(np.uint32)
+    for nb in range(npad // 32):
+        for ks in range(8):
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                for j in range(4):
+                    col = 32 * nb + 8 * j + g
+                    for s in range(2):
+                        for h in range(2):
+                            for i in range(2):
+                                got = (int(words[nb, ks, lane, j]) >> (4 * (2 * s + h) + 16 * i)) & 15
+                                k = 32 * ks + 16 * s + 8 * h + 2 * t + i
+                                assert got == (q[k, col] if col < n else 0), (nb, ks, lane, j, s, h, i)
+
+
+def test_torch_and_numpy_repack_alike():
+    torch = pytest.importorskip("torch")
+    qweight = _qweight(3, 96, seed=1)
+    assert np.array_equal(cuda_mma.repack(torch.from_numpy(qweight), 96).numpy(), cuda_mma.repack(qweight, 96))
+
+
+def _space(dtype="bfloat16"):
+    groups = cuda.gene_groups(dtype)
+    return GeneSpace(groups, (cuda.fits,), cuda.seeds(dtype), canonicalisers=(cuda_mma.canonical,))
+
+
+def test_the_tensor_core_path_is_for_16_bit_activations_only():
+    def math(dtype):
+        return next(gene.options for gene in cuda.gene_groups(dtype)["instruction_sequence"] if gene.name == "math")
+
+    assert math("float16") == math("bfloat16") == ("fma", "mma") and math("float32") == ("fma",)
+    assert all(s["instruction_sequence"]["math"] == "fma" for s in cuda.seeds("float32"))
+
+
+def test_mma_genomes_are_canonical_and_render_an_mma_kernel():
+    import random
+
+    space, rng = _space(), random.Random(3)
+    problem = {"dtype": "bfloat16", "zero_points": True, "m": 16, "n": 8192, "k_groups": 224}
+    seen = 0
+    for _ in range(300):
+        g = space.random(rng)
+        if g["instruction_sequence"]["math"] != "mma":
+            continue
+        seen += 1
+        assert g["parallel_config"]["rows_per_block"] == 1 and g["instruction_sequence"]["dequant"] == "half2"
+        assert g["parallel_config"]["ksplit"] <= g["parallel_config"]["threads"] // 32
+        assert cuda_mma.fits(g) is None
+        src = cuda.render_source(g, problem)
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src and "zp[" in src
+        assert ("mul2(dq(" in src) == (g["register_allocation"]["regs"]["scale"] == "weight")
+        lp = cuda_mma.launch(g)
+        assert cuda.grid(lp, 16, 8192) == (-(-8192 // lp["cols"]), 1, 1)
+    assert seen > 20
+
+
+def test_the_fused_template_renders_the_norm_on_the_tensor_core_path():
+    g = _space().seed_genomes()[-1]
+    assert g["instruction_sequence"]["math"] == "mma"
+    d = g.to_dict()
+    problem = {"dtype": "float16", "zero_points": False, "m": 4, "n": 10240, "k_groups": 64, "eps": 1e-5}
+    for norm in ("load", "store"):
+        d["instruction_sequence"] = {**d["instruction_sequence"], "norm": norm}
+        src = cuda.render_source(g, problem, norm=norm)
+        assert "abebot_rmsnorm_w4a16" in src and "block_inv(" in src and "gm + 2 * t" in src
+        assert ("inv[g + 8]" in src) == (norm == "load") and ("* inv[row - m0]" in src) == (norm == "store")
+        assert "f16.f16.f32" in src
+    assert fused_cuda._shared_bytes(g) >= 4 * 17
+
+
+def test_registers_and_shared_memory_bound_the_tiles():
+    from core.genome import Genome
+
+    seed = _space().seed_genomes()[-1]
+    assert cuda_mma.fits(seed) is None
+    big = Genome.from_json({**seed.to_dict(),
+                           "memory_pattern": {"vec": 4, "w_load": "", "x_load": ""},
+                           "register_allocation": {"batch": 8, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}}})
+    assert "registers" in cuda_mma.fits(big)
+    wide = Genome.from_json({**seed.to_dict(), "parallel_config": {"threads": 1024, "ksplit": 32, "rows_per_block": 1}})
+    assert cuda_mma.shared_bytes(wide) == 31 * 4 * 512 and "shared memory" in cuda_mma.fits(wide)
