@@ -82,8 +82,20 @@ def test_mma_genomes_are_canonical_and_render_an_mma_kernel():
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src and "zp[" in src
         assert ("mul2(dq(" in src) == (g["register_allocation"]["regs"]["scale"] == "weight")
         lp = cuda_mma.launch(g)
-        assert cuda.grid(lp, 16, 8192) == (-(-8192 // lp["cols"]), 1, 1)
+        kb = g["parallel_config"]["kblocks"]
+        assert cuda.grid(lp, 16, 8192) == (-(-8192 // lp["cols"]), 1, kb)
+        floats, ints = cuda_mma.workspace(lp, 33, 8192)  # 3 row tiles
+        assert (floats, ints) == ((0, 0) if kb == 1 else (kb * 3 * 8192 // lp["cols"] * lp["cols"] * 16, 3 * 8192 // lp["cols"]))
+        assert ("#define KB " + str(kb)) in src
     assert seen > 20
+
+
+def test_the_gemv_path_has_one_block_along_k():
+    import random
+
+    space, rng = _space(), random.Random(4)
+    fma = [g for g in (space.random(rng) for _ in range(200)) if g["instruction_sequence"]["math"] == "fma"]
+    assert fma and all(g["parallel_config"]["kblocks"] == 1 for g in fma)
 
 
 def test_the_fused_template_renders_the_norm_on_the_tensor_core_path():
@@ -109,5 +121,5 @@ def test_registers_and_shared_memory_bound_the_tiles():
                            "memory_pattern": {"vec": 4, "w_load": "", "x_load": ""},
                            "register_allocation": {"batch": 8, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}}})
     assert "registers" in cuda_mma.fits(big)
-    wide = Genome.from_json({**seed.to_dict(), "parallel_config": {"threads": 1024, "ksplit": 32, "rows_per_block": 1}})
+    wide = Genome.from_json({**seed.to_dict(), "parallel_config": {"threads": 1024, "ksplit": 32, "rows_per_block": 1, "kblocks": 1}})
     assert cuda_mma.shared_bytes(wide) == 31 * 4 * 512 and "shared memory" in cuda_mma.fits(wide)

@@ -29,7 +29,7 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
         groups = w4a16_cuda.gene_groups(dtype)
         groups["instruction_sequence"] = (*groups["instruction_sequence"], NORM)
         seeds = tuple({**s, "instruction_sequence": {**s["instruction_sequence"], "norm": norm}}
-                      for s, norm in zip(w4a16_cuda.seeds(dtype), ("store", "load", "store", "load")))
+                      for s, norm in zip(w4a16_cuda.seeds(dtype), ("store", "load", "store", "load", "store")))
         return GeneSpace(groups, (w4a16_cuda.fits, _fits_shared), seeds, canonicalisers=(cuda_mma.canonical,))
 
     def render(self, genome: Genome) -> KernelSource:
@@ -43,7 +43,7 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
         m, n = shape["m"], shape["n"]
         return kernel.bind(w4a16_cuda.grid(lp, m, n), (lp["threads"], 1, 1),
                            (t["x"], t["gamma"], w4a16_cuda.words(lp, t), t["scales"], t["y"], m, n, shape["k_groups"],
-                            float(self.problem["eps"])))
+                            float(self.problem["eps"]), *w4a16_cuda.workspace(lp, t, shape)))
 
 
 TEMPLATE = CudaRmsNormW4A16Template

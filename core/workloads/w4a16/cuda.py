@@ -70,7 +70,14 @@ class CudaW4A16Template(Template):
         m, n = shape["m"], shape["n"]
         zeros = t["zeros"] if self.problem["zero_points"] else t["qweight"]  # (not read without zero points)
         return kernel.bind(grid(lp, m, n), (lp["threads"], 1, 1), (t["x"], words(lp, t), t["scales"], zeros, t["y"], m,
-                                                                    n, shape["k_groups"]))
+                                                                    n, shape["k_groups"], *workspace(lp, t, shape)))
+
+    def extra_bytes(self, kernel: Any, artifact: Any, shape: dict) -> int:
+        """The tensor-core path's partial tiles and counters when it splits K over blocks."""
+        if kernel.launch_params.get("math") != "mma":
+            return super().extra_bytes(kernel, artifact, shape)
+        floats, ints = cuda_mma.workspace(kernel.launch_params, shape["m"], shape["n"])
+        return 4 * (floats + ints)
 
     def repack(self, kernel: Any, arrays: Any, weights: dict, shape: dict) -> dict:
         """The tensor-core path's words (:func:`cuda_mma.repack`); nothing for the GEMV path."""
@@ -85,6 +92,20 @@ def grid(lp: dict, m: int, n: int) -> tuple[int, int, int]:
     if lp.get("math") == "mma":
         return cuda_mma.grid(lp, m, n)
     return (-(-(-(-n // lp["vec"])) // lp["col_threads"]), -(-m // lp["rows_per_block"]), 1)
+
+
+def workspace(lp: dict, t: dict, shape: dict) -> tuple:
+    """The tensor-core path's last two arguments: its partial tiles and zeroed tile counters (the
+    output twice when it needs none: never touched); nothing for the GEMV path."""
+    if lp.get("math") != "mma":
+        return ()
+    floats, ints = cuda_mma.workspace(lp, shape["m"], shape["n"])
+    if not floats:
+        return t["y"], t["y"]
+    import torch
+
+    return (torch.empty(floats, dtype=torch.float32, device=t["y"].device),
+            torch.zeros(ints, dtype=torch.int32, device=t["y"].device))
 
 
 def words(lp: dict, t: dict) -> Any:
@@ -103,6 +124,8 @@ def gene_groups(dtype: str = "bfloat16") -> dict:
             ChoiceGene("threads", (128, 256, 512, 1024), "threads per block"),
             ChoiceGene("ksplit", (1, 2, 4, 8, 16, 32, 64, 128), "K lanes per column thread (split-K inside the block)"),
             ChoiceGene("rows_per_block", (1, 2, 4, 8), "rows of x a block multiplies"),
+            ChoiceGene("kblocks", (1, 2, 4, 8, 16), "blocks along K (tensor-core path: partial tiles added in a "
+                                                   "fixed order by the last block)"),
         ),
         "memory_pattern": (
             ChoiceGene("vec", (1, 2, 4), "columns per thread: words per access"),
@@ -144,28 +167,34 @@ def fits(g: Genome) -> str | None:
 
 # M = 1 at N = 8192: 8 column threads x 64 K lanes, 32 columns a block -> 256 blocks, and
 # 4 x 16 bytes in flight per thread (about 64 KB per SM at two blocks).
-SEEDS = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
+SEEDS = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1, "kblocks": 1},
           "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
           "register_allocation": {"batch": 4, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
           "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "mask", "math": "fma"}},
-         {"parallel_config": {"threads": 256, "ksplit": 16, "rows_per_block": 4},
+         {"parallel_config": {"threads": 256, "ksplit": 16, "rows_per_block": 4, "kblocks": 1},
           "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ".nc"},
           "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
           "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic", "math": "fma"}},
-         {"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1},
+         {"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1, "kblocks": 1},
           "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
           "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
           "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "fma"}})
-# M = 16: tensor cores, 8 warps splitting K over a block of 32 columns (256 blocks at N = 8192)
-MMA_SEED = {"parallel_config": {"threads": 256, "ksplit": 8, "rows_per_block": 1},
-            "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-            "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
-            "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "mma"}}
+# M = 16: tensor cores; 4 warps along K by 2 along N, 64 columns a block (x read by 128 blocks, not 256,
+# at N = 8192), 4 blocks along K (512 blocks); the chunk's x fragments come with its words, a chunk ahead
+MMA_SEEDS = ({"parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block": 1, "kblocks": 4},
+              "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": ""},
+              "register_allocation": {"batch": 2, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
+              "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "half2", "math": "mma"}},
+             # M = 1: 8 warps along K over 32 columns, 2 blocks along K (512 blocks at N = 8192)
+             {"parallel_config": {"threads": 256, "ksplit": 8, "rows_per_block": 1, "kblocks": 2},
+              "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": ""},
+              "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
+              "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "half2", "math": "mma"}})
 
 
 def seeds(dtype: str) -> tuple:
     """The seeds for activations of ``dtype`` (the tensor-core one for 16-bit types)."""
-    return SEEDS + ((MMA_SEED,) if dtype in cuda_mma.TYPES else ())
+    return SEEDS + (MMA_SEEDS if dtype in cuda_mma.TYPES else ())
 
 
 def shared_bytes(g: Genome) -> int:

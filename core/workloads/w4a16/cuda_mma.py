@@ -49,16 +49,17 @@ def shape_of(g: Genome) -> dict:
     warps = g["parallel_config"]["threads"] // 32
     wk = min(g["parallel_config"]["ksplit"], warps)
     nt = 4 * g["memory_pattern"]["vec"]
-    return {"warps": warps, "wk": wk, "wn": warps // wk, "nt": nt, "cols": warps // wk * 8 * nt}
+    return {"warps": warps, "wk": wk, "wn": warps // wk, "nt": nt, "cols": warps // wk * 8 * nt,
+            "kb": g["parallel_config"]["kblocks"]}
 
 
 def canonical(g: Genome) -> Genome:
     """Genes this path does not read set to one value (so equal kernels are equal genomes)."""
     if g["instruction_sequence"]["math"] != "mma":
-        return g
+        return with_gene(g, "parallel_config", "kblocks", 1)
     warps = g["parallel_config"]["threads"] // 32
     g = with_gene(g, "parallel_config", "ksplit", min(g["parallel_config"]["ksplit"], warps))
-    g = with_gene(g, "parallel_config", "rows_per_block", 1)
+    g = with_gene(g, "parallel_config", "rows_per_block", 1)  # (16 rows: the mma's)
     g = with_gene(g, "instruction_sequence", "nibbles", tuple(f"N{b}" for b in range(8)))
     return with_gene(g, "instruction_sequence", "dequant", "half2")
 
@@ -68,7 +69,7 @@ def registers(g: Genome) -> int:
     s, ra = shape_of(g), g["register_allocation"]
     acc = 4 * s["nt"] * (2 if ra["regs"]["scale"] == "word" else 1)
     words = s["nt"] * ra["batch"] * (2 if ra["pipeline"] == "next" else 1)
-    frags = 8 * (ra["batch"] if g["instruction_sequence"]["first"] == "x" else 1)
+    frags = 8 * (ra["batch"] * (2 if ra["pipeline"] == "next" else 1) if g["instruction_sequence"]["first"] == "x" else 1)
     return acc + words + frags
 
 
@@ -90,11 +91,19 @@ def fits(g: Genome) -> str | None:
 def launch(g: Genome) -> dict:
     """What :meth:`bind` and :meth:`repack` read: the block, its columns, the tile width."""
     s = shape_of(g)
-    return {"math": "mma", "threads": 32 * s["warps"], "cols": s["cols"], "rows_per_block": 16}
+    return {"math": "mma", "threads": 32 * s["warps"], "cols": s["cols"], "kblocks": s["kb"], "rows_per_block": 16}
 
 
 def grid(lp: dict, m: int, n: int) -> tuple[int, int, int]:
-    return (-(-n // lp["cols"]), -(-m // 16), 1)
+    return (-(-n // lp["cols"]), -(-m // 16), lp["kblocks"])
+
+
+def workspace(lp: dict, m: int, n: int) -> tuple[int, int]:
+    """Floats of the blocks' partial tiles and ints of the tile counters (0, 0 with one block along K)."""
+    if lp["kblocks"] == 1:
+        return 0, 0
+    gx, gy, kb = grid(lp, m, n)
+    return kb * gx * gy * lp["cols"] * 16, gx * gy
 
 
 def repack(qweight: Any, cols: int) -> Any:
@@ -148,22 +157,26 @@ def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, ent
         c2_once = ""
     else:
         c2, c2_once = "", f"\n    const unsigned c2 = pack2({base + 8}.f, {base + 8}.f);"
-    words = _load_words(m["w_load"])
-    head = (f"        uint4 nxt[B][NB4];\n{words.format(dst='nxt', start='s0 + WK * B')}" if prefetch else
-            f"        uint4 w[B][NB4];\n{words.format(dst='w', start='s0')}")
+    load = _load_chunk(m["w_load"], norm, x_first)
     if x_first:
-        frags = ("        unsigned xf[B][8];\n#pragma unroll\n        for (int u = 0; u < B; ++u) {\n"
-                 "            const long long k = (long long)min(s0 + u, KS - 1) * 32;\n"
-                 + _frag_lines("            ", "xf[u]", norm) + "        }\n")
         frag_at = "            const unsigned *fr = xf[u];"
     else:
-        frags = ""
         frag_at = ("            const long long k = (long long)ks * 32;\n            unsigned fr[8];\n"
                    + _frag_lines("            ", "fr", norm).rstrip("\n"))
+    bufs = "uint4 {w}[B][NB4];" + (" unsigned {x}[B][8];" if x_first else "")
+    if prefetch:
+        before_loop = "    " + bufs.format(w="w", x="xf") + "\n" + load.format(w="w", x="xf", start="first * B")
+        top = "        " + bufs.format(w="nxt", x="xn") + "\n" + load.format(w="nxt", x="xn", start="s0 + stride * B")
+        bottom = _COPY + ("\n#pragma unroll\n        for (int u = 0; u < B; ++u)\n#pragma unroll\n"
+                          "            for (int i = 0; i < 8; ++i) xf[u][i] = xn[u][i];" if x_first else "")
+    else:
+        before_loop, bottom = "", ""
+        top = "        " + bufs.format(w="w", x="xf") + "\n" + load.format(w="w", x="xf", start="s0")
     scale = ("                const T sv = sc[(long long)grp * N + min(col, N - 1)];\n"
              "                const unsigned s2 = (unsigned)sv | ((unsigned)sv << 16);\n") if before else ""
     b = (lambda p: f"mul2(dq(wv, {p}, c2), s2)") if before else (lambda p: f"dq(wv, {p}, c2)")
     target = "acc[j]" if before else "part[j]"
+    entry = entry.replace(") {", ", float *__restrict__ ws, int *__restrict__ cnt) {", 1)
     return f"""// AbeBot generated CUDA {"RMSNorm + " if norm else ""}W4A16 on tensor cores ({dtype}, zero points: {problem.get('zero_points', False)})
 typedef {T} T;
 #define THREADS {32 * s['warps']}
@@ -172,6 +185,7 @@ typedef {T} T;
 #define NT {s['nt']}
 #define NB4 (NT / 4)
 #define B {ra['batch']}
+#define KB {s['kb']}
 #define MT 16
 #define ELT 2
 
@@ -213,12 +227,11 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const bool ok[2] = {{m0 + g < M, m0 + g + 8 < M}};
     const T *xr[2] = {{x + (long long)(ok[0] ? m0 + g : 0) * G * 128 + 2 * t, x + (long long)(ok[1] ? m0 + g + 8 : 0) * G * 128 + 2 * t}};{c2_once}{chr(10) + "    const T *gr = gm + 2 * t;" if norm else ""}
     float acc[NT][4] = {{}};{"" if before else chr(10) + "    float part[NT][4] = {};"}
-    const int chunks = (KS + B - 1) / B;
-{"    uint4 w[B][NB4];" + chr(10) + "    {" + chr(10) + "        const int s0 = wk * B;" + chr(10) + words.format(dst="w", start="s0") + "    }" if prefetch else ""}
-#pragma unroll {ra['regs']['unroll']}
-    for (int c = wk; c < chunks; c += WK) {{
+    const int chunks = (KS + B - 1) / B, first = blockIdx.z * WK + wk, stride = WK * KB;
+{before_loop}#pragma unroll {ra['regs']['unroll']}
+    for (int c = first; c < chunks; c += stride) {{
         const int s0 = c * B;
-{head}{frags}#pragma unroll
+{top}#pragma unroll
         for (int u = 0; u < B; ++u) {{
             const int ks = s0 + u;
             if (ks >= KS) break;
@@ -234,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 mma({target}, fr + 4, {b(2)}, {b(3)});
             }}
 {"" if before else _FLUSH}
-        }}{_COPY if prefetch else ""}
+        }}{bottom}
     }}{norm_call if norm == "store" else ""}
 #if WK > 1
     // the K warps' sums, added in a fixed order (deterministic); every thread reaches the barrier
@@ -245,13 +258,17 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
             for (int r = 0; r < 4; ++r) red[((((wk - 1) * WN + wn) * NT + j) * 4 + r) * 32 + lane] = acc[j][r];
     __syncthreads();
-    if (wk != 0) return;
-    for (int l = 1; l < WK; ++l)
+    if (wk == 0)
+        for (int l = 1; l < WK; ++l)
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
+            for (int j = 0; j < NT; ++j)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) acc[j][r] += red[((((l - 1) * WN + wn) * NT + j) * 4 + r) * 32 + lane];
+                for (int r = 0; r < 4; ++r) acc[j][r] += red[((((l - 1) * WN + wn) * NT + j) * 4 + r) * 32 + lane];
 #endif
+#if KB > 1
+{_SPLIT_K}
+#endif
+    if (wk != 0) return;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -263,15 +280,20 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 """
 
 
-def _load_words(hint: str) -> str:
-    """The loads of a chunk's B steps (a step past the end loads the last one, never used)."""
+def _load_chunk(hint: str, norm: str | None, x_first: bool) -> str:
+    """The loads of a chunk's B steps into ``{w}`` (and its x fragments into ``{x}`` when they come
+    first); a step past the end loads the last one, never used."""
+    def esc(text: str) -> str:
+        return text.replace("{", "{{").replace("}", "}}")
+
+    frags = ("                const long long k = (long long)min({start} + u, KS - 1) * 32;\n"
+             + esc(_frag_lines("                ", "XF[u]", norm)).replace("XF", "{x}")) if x_first else ""
     return """#pragma unroll
-        for (int u = 0; u < B; ++u)
+        for (int u = 0; u < B; ++u) {{
 #pragma unroll
             for (int i = 0; i < NB4; ++i) {{
                 const uint4 *p = wp + ((long long)i * KS + min({start} + u, KS - 1)) * 32;
-                """ + _ld(hint, "v4", "DST[u][i]", "p").replace("{", "{{").replace("}", "}}").replace("DST", "{dst}") \
-        + "\n            }}\n"
+                """ + esc(_ld(hint, "v4", "DST[u][i]", "p")).replace("DST", "{w}") + "\n            }}\n" + frags + "        }}\n"
 
 
 def _frag_lines(indent: str, dst: str, norm: str | None) -> str:
@@ -298,6 +320,32 @@ _FLUSH = """            if ((u & 3) == 3 || u == B - 1 || ks == KS - 1) {
                     part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
                 }
             }"""
+
+# Blocks along K: each writes its partial tile to the workspace; the last to finish (a counter per
+# tile, reset for the next launch) adds all of them in block order -- deterministic, no float atomics.
+_SPLIT_K = """    __shared__ int last;
+    const long long tile = (long long)blockIdx.y * gridDim.x + blockIdx.x, tiles = (long long)gridDim.x * gridDim.y;
+    if (wk == 0)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) ws[(((blockIdx.z * tiles + tile) * WN + wn) * NT * 4 + j * 4 + r) * 32 + lane] = acc[j][r];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(cnt + tile, 1) == KB - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (wk == 0)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                float v = 0.f;
+                for (int z = 0; z < KB; ++z) v += __ldcg(ws + (((z * tiles + tile) * WN + wn) * NT * 4 + j * 4 + r) * 32 + lane);
+                acc[j][r] = v;
+            }
+    if (threadIdx.x == 0) cnt[tile] = 0;"""
 
 _COPY = """
 #pragma unroll
