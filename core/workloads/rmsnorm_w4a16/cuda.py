@@ -41,9 +41,10 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         lp = kernel.launch_params
         m, n = shape["m"], shape["n"]
-        return kernel.bind(w4a16_cuda.grid(lp, m, n), (lp["threads"], 1, 1),
-                           (t["x"], t["gamma"], w4a16_cuda.words(lp, t), t["scales"], t["y"], m, n, shape["k_groups"],
-                            float(self.problem["eps"]), *w4a16_cuda.workspace(lp, t, shape)))
+        ws = w4a16_cuda.workspace(lp, t, shape)
+        return w4a16_cuda.keeping(kernel.bind(w4a16_cuda.grid(lp, m, n), (lp["threads"], 1, 1),
+                                              (t["x"], t["gamma"], w4a16_cuda.words(lp, t), t["scales"], t["y"], m, n,
+                                               shape["k_groups"], float(self.problem["eps"]), *ws)), ws)
 
 
 TEMPLATE = CudaRmsNormW4A16Template

@@ -69,8 +69,9 @@ class CudaW4A16Template(Template):
         lp = kernel.launch_params
         m, n = shape["m"], shape["n"]
         zeros = t["zeros"] if self.problem["zero_points"] else t["qweight"]  # (not read without zero points)
-        return kernel.bind(grid(lp, m, n), (lp["threads"], 1, 1), (t["x"], words(lp, t), t["scales"], zeros, t["y"], m,
-                                                                    n, shape["k_groups"], *workspace(lp, t, shape)))
+        ws = workspace(lp, t, shape)
+        return keeping(kernel.bind(grid(lp, m, n), (lp["threads"], 1, 1),
+                                   (t["x"], words(lp, t), t["scales"], zeros, t["y"], m, n, shape["k_groups"], *ws)), ws)
 
     def extra_bytes(self, kernel: Any, artifact: Any, shape: dict) -> int:
         """The tensor-core path's partial tiles and counters when it splits K over blocks."""
@@ -106,6 +107,16 @@ def workspace(lp: dict, t: dict, shape: dict) -> tuple:
 
     return (torch.empty(floats, dtype=torch.float32, device=t["y"].device),
             torch.zeros(ints, dtype=torch.int32, device=t["y"].device))
+
+
+def keeping(launch: Callable[[], None], tensors: tuple) -> Callable[[], None]:
+    """``launch`` holding ``tensors`` alive: a bound launch keeps raw pointers only, so a workspace
+    nothing else references would go back to the allocator and be handed to the next tensor."""
+    def run() -> None:
+        launch()
+
+    run.tensors = tensors  # type: ignore[attr-defined]
+    return run
 
 
 def words(lp: dict, t: dict) -> Any:
