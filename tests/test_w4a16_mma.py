@@ -41,7 +41,7 @@ def test_every_value_is_where_the_fragments_read_it(n, cols):
                         for h in range(2):
                             for i in range(2):
                                 got = (int(words[nb, ks, lane, j]) >> (4 * (2 * s + h) + 16 * i)) & 15
-                                k = 32 * ks + 16 * s + 8 * h + 2 * t + i
+                                k = 32 * ks + 8 * t + 4 * s + 2 * h + i
                                 assert got == (q[k, col] if col < n else 0), (nb, ks, lane, j, s, h, i)
 
 
@@ -106,7 +106,7 @@ def test_the_fused_template_renders_the_norm_on_the_tensor_core_path():
     for norm in ("load", "store"):
         d["instruction_sequence"] = {**d["instruction_sequence"], "norm": norm}
         src = cuda.render_source(g, problem, norm=norm)
-        assert "abebot_rmsnorm_w4a16" in src and "block_inv(" in src and "gm + 2 * t" in src
+        assert "abebot_rmsnorm_w4a16" in src and "block_inv(" in src and "gm + 8 * t" in src
         assert ("inv[g + 8]" in src) == (norm == "load") and ("* inv[row - m0]" in src) == (norm == "store")
         assert "f16.f16.f32" in src
     assert fused_cuda._shared_bytes(g) >= 4 * 17

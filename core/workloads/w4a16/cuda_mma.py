@@ -7,8 +7,12 @@ this path multiplies with ``mma.sync.m16n8k16`` (bf16 or fp16 in, float32 accumu
 The weights are repacked once (:func:`repack`, through :meth:`Template.repack`, timed apart and
 counted as memory) so that one 16-byte load gives a lane exactly the B fragments it needs: for
 K in steps of 32 and N in blocks of 32 columns, ``packed[nb, ks, lane, j]`` (int32) holds, for
-lane ``l = 4 g + t`` and column ``32 nb + 8 j + g``, the 8 values at ``k = 32 ks + 16 s + 8 h +
-2 t + i`` (s, h, i in {0, 1}) with value (s, h, i) in bits ``4 (2 s + h) + 16 i``. So
+lane ``l = 4 g + t`` and column ``32 nb + 8 j + g``, the 8 values at ``k = 32 ks + 8 t + 4 s + 2 h
++ i`` (s, h, i in {0, 1}) with value (s, h, i) in bits ``4 (2 s + h) + 16 i``: the mma of step s
+takes them as its k = 2 t + 8 h + i. A dot product does not care in which order its k come, so K
+is permuted inside each step of 32, the same way for x: a lane's x fragments of a step are then the
+8 adjacent values at ``32 ks + 8 t`` of its two rows, one 16-byte load each (not eight 4-byte
+ones). So
 ``(word >> 4 p) & 0x000F000F`` is a pair of values, low and high half, as the fragment wants
 them, and lop3 with the 16-bit type's magic exponent makes them ``magic + q`` in one instruction
 (FasterTransformer's and Marlin's trick); a subtraction of ``magic + z`` gives ``q - z`` exactly.
@@ -123,9 +127,9 @@ def repack(qweight: Any, cols: int) -> Any:
     if npad != n:
         pad = lib.zeros((k, npad - n), dtype=q.dtype, **({"device": q.device} if torch_like else {}))
         q = lib.cat((q, pad), 1) if torch_like else lib.concatenate((q, pad), 1)
-    # k = 32 ks + 16 s + 8 h + 2 t + i and n = 32 nb + 8 j + g  ->  (nb, ks, g, t, j, s h, i)
-    q = q.reshape(k // 32, 2, 2, 4, 2, npad // 32, 4, 8)
-    order = (5, 0, 7, 3, 6, 1, 2, 4)
+    # k = 32 ks + 8 t + 4 s + 2 h + i and n = 32 nb + 8 j + g  ->  (nb, ks, g, t, j, s, h, i)
+    q = q.reshape(k // 32, 4, 2, 2, 2, npad // 32, 4, 8)
+    order = (5, 0, 7, 1, 6, 2, 3, 4)
     q = (q.permute(*order) if torch_like else q.transpose(order)).reshape(npad // 32, k // 32, 8, 4, 4, 4, 2)
     q = q << (ar(4).reshape(4, 1) * 4 + ar(2) * 16)  # value (s, h, i) to bits 4 (2 s + h) + 16 i
     if torch_like:
@@ -204,14 +208,17 @@ static __device__ __forceinline__ void mma(float *d, const unsigned *a, unsigned
     asm("mma.sync.aligned.m16n8k16.row.col.f32.{mma_t}.{mma_t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)); }}
-// two adjacent x values of one row as a pair (0 past M); with a fused RMSNorm, times gamma and a scale
-static __device__ __forceinline__ unsigned x_pair(const T *p, const T *gp, float scale, bool ok) {{
-    if (!ok) return 0u;
-    unsigned u;
-    {_ld(m["x_load"], "b32", "u", "p")}
-    if (!gp) return u;
-    const unsigned gv = *(const unsigned *)gp;
+// 8 adjacent x values of one row as 4 pairs (0 past M); with a fused RMSNorm, times gamma and a scale
+static __device__ __forceinline__ unsigned times(unsigned u, unsigned gv, float scale) {{
     return pack2(to_f((T)(u & 0xffffu)) * to_f((T)(gv & 0xffffu)) * scale, to_f((T)(u >> 16)) * to_f((T)(gv >> 16)) * scale);
+}}
+static __device__ __forceinline__ uint4 x_row8(const T *p, const T *gp, float scale, bool ok) {{
+    uint4 u = make_uint4(0u, 0u, 0u, 0u);
+    if (!ok) return u;
+    {_ld(m["x_load"], "v4", "u", "p")}
+    if (!gp) return u;
+    const uint4 gv = *(const uint4 *)gp;
+    return make_uint4(times(u.x, gv.x, scale), times(u.y, gv.y, scale), times(u.z, gv.z, scale), times(u.w, gv.w, scale));
 }}
 // values (lo, hi) of pair p of a word, minus (magic + z)
 static __device__ __forceinline__ unsigned dq(unsigned w, int p, unsigned c2) {{
@@ -225,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int nb0 = (blockIdx.x * WN + wn) * NB4, n0 = nb0 * 32;
     const uint4 *wp = (const uint4 *)qw + (long long)nb0 * KS * 32 + lane;
     const bool ok[2] = {{m0 + g < M, m0 + g + 8 < M}};
-    const T *xr[2] = {{x + (long long)(ok[0] ? m0 + g : 0) * G * 128 + 2 * t, x + (long long)(ok[1] ? m0 + g + 8 : 0) * G * 128 + 2 * t}};{c2_once}{chr(10) + "    const T *gr = gm + 2 * t;" if norm else ""}
+    const T *xr[2] = {{x + (long long)(ok[0] ? m0 + g : 0) * G * 128 + 8 * t, x + (long long)(ok[1] ? m0 + g + 8 : 0) * G * 128 + 8 * t}};{c2_once}{chr(10) + "    const T *gr = gm + 8 * t;" if norm else ""}
     float acc[NT][4] = {{}};{"" if before else chr(10) + "    float part[NT][4] = {};"}
     const int chunks = (KS + B - 1) / B, first = blockIdx.z * WK + wk, stride = WK * KB;
 {before_loop}#pragma unroll {ra['regs']['unroll']}
@@ -297,15 +304,13 @@ def _load_chunk(hint: str, norm: str | None, x_first: bool) -> str:
 
 
 def _frag_lines(indent: str, dst: str, norm: str | None) -> str:
-    """The A fragments of one K step of 32: ``dst[0..3]`` for k .. k + 15, ``dst[4..7]`` for k + 16
-    .. k + 31; fragment register r holds row g (+ 8 for odd r) at k + 2 t (+ 8 for r >= 2)."""
-    lines = []
-    for i in range(8):
-        row, koff = i % 2, 16 * (i // 4) + 8 * ((i % 4) // 2)
-        gamma = f"gr + k + {koff}" if norm else "nullptr"
-        scale = f"inv[g + {8 * row}]" if norm == "load" else "1.f"
-        lines.append(f"{indent}{dst}[{i}] = x_pair(xr[{row}] + k + {koff}, {gamma}, {scale}, ok[{row}]);\n")
-    return "".join(lines)
+    """The A fragments of one K step of 32 (K permuted as the module docstring says): ``dst[0..3]``
+    for the first mma, ``dst[4..7]`` for the second; even registers hold row g, odd ones row g + 8."""
+    gamma = "gr + k" if norm else "nullptr"
+    scale = ("inv[g]", "inv[g + 8]") if norm == "load" else ("1.f", "1.f")
+    regs = " ".join(f"{dst}[{2 * p + r}] = x{r}.{'xyzw'[p]};" for p in range(4) for r in range(2))
+    return (f"{indent}{{ const uint4 x0 = x_row8(xr[0] + k, {gamma}, {scale[0]}, ok[0]), "
+            f"x1 = x_row8(xr[1] + k, {gamma}, {scale[1]}, ok[1]);\n{indent}  {regs} }}\n")
 
 
 # A group's float32 partial sums times its scales, at the group's end or the chunk's.
