@@ -6,7 +6,9 @@ block computes its rows' ``1 / sqrt(mean(x^2) + eps)`` from x (a few KB from L2)
 shuffles, and multiplies the x values by gamma as it loads them. One more gene,
 ``instruction_sequence.norm``: ``load`` computes 1 / rms before the weights stream and applies it
 to x as loaded; ``store`` computes it after the stream (its x reads hide behind nothing but cost
-no latency up front) and applies it once to each finished sum.
+no latency up front) and applies it once to each finished sum; ``stream`` (the GEMV path) adds up
+x^2 from the x values the K lanes load anyway and reduces it with the sums, so x is read once and
+no pass over it is left before or after the weights.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from core.workloads.w4a16 import cuda as w4a16_cuda
 from core.workloads.w4a16 import cuda_mma
 from core.workloads.w4a16.cuda import CudaW4A16Template, render_source
 
-NORM = ChoiceGene("norm", ("load", "store"), "1 / rms before the stream on x as loaded, or after it on the sums")
+NORM = ChoiceGene("norm", ("load", "store", "stream"),
+                  "1 / rms before the stream on x as loaded, after it on the sums, or gathered from x as it streams")
 
 
 class CudaRmsNormW4A16Template(CudaW4A16Template):
@@ -30,7 +33,8 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
         groups["instruction_sequence"] = (*groups["instruction_sequence"], NORM)
         seeds = tuple({**s, "instruction_sequence": {**s["instruction_sequence"], "norm": norm}}
                       for s, norm in zip(w4a16_cuda.seeds(dtype), ("store", "load", "store", "load", "store")))
-        return GeneSpace(groups, (w4a16_cuda.fits, _fits_shared), seeds, canonicalisers=(cuda_mma.canonical,))
+        return GeneSpace(groups, (w4a16_cuda.fits, _fits_shared, _fits_stream), seeds + (STREAM_SEED,),
+                         canonicalisers=(cuda_mma.canonical,))
 
     def render(self, genome: Genome) -> KernelSource:
         base = super().render(genome)
@@ -49,6 +53,9 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
 
 TEMPLATE = CudaRmsNormW4A16Template
 
+# The GEMV seed that streams fastest at M = 1 (16-byte words, 64 K lanes), with the norm gathered in the stream
+STREAM_SEED = {**w4a16_cuda.SEEDS[2], "instruction_sequence": {**w4a16_cuda.SEEDS[2]["instruction_sequence"], "norm": "stream"}}
+
 
 def _shared_bytes(g: Genome) -> int:
     """W4A16's K-lane reduction, plus a float per warp and row (the sum of squares) and 1 / rms per
@@ -56,6 +63,16 @@ def _shared_bytes(g: Genome) -> int:
     p = g["parallel_config"]
     rows = 16 if g["instruction_sequence"]["math"] == "mma" else p["rows_per_block"]
     return w4a16_cuda.shared_bytes(g) + 4 * (p["threads"] // 32 + 1) * rows
+
+
+def _fits_stream(g: Genome) -> str | None:
+    if g["instruction_sequence"]["norm"] != "stream":
+        return None
+    if g["instruction_sequence"]["math"] == "mma":
+        return "the tensor-core path applies the norm at load or at store only"
+    if g["instruction_sequence"]["dequant"] == "mask":
+        return "mask pre-scales x as it is loaded; the sum of squares needs x as it is"
+    return None
 
 
 def _fits_shared(g: Genome) -> str | None:

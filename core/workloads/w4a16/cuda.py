@@ -341,6 +341,27 @@ def _entry(norm: str | None) -> str:
 _NORM_CALL = """
     block_inv(x, M, (long long)G * 128, blockIdx.y * MT, eps, inv);"""
 
+# ``stream``: the K lanes summed x^2 of their K slices as x streamed in (x is read once either way);
+# column thread 0's lanes cover K once, so adding theirs up, as the sums are, gives each row's.
+_STREAM_INV = """
+    {
+#pragma unroll
+        for (int a = 0; a < MT; ++a)
+#pragma unroll
+            for (int off = TC; off < 32; off <<= 1) ssq[a] += __shfl_xor_sync(0xffffffffu, ssq[a], off);
+        __shared__ float ssr[NG][MT];
+        if (tc == 0 && ks % KL == 0)
+#pragma unroll
+            for (int a = 0; a < MT; ++a) ssr[ks / KL][a] = ssq[a];
+        __syncthreads();
+        if (threadIdx.x < MT) {
+            float t = 0.f;
+            for (int l = 0; l < NG; ++l) t += ssr[l][threadIdx.x];
+            inv[threadIdx.x] = rsqrtf(t / (float)(G * 128) + eps);
+        }
+        __syncthreads();
+    }"""
+
 
 # Every block recomputes its rows' 1 / sqrt(mean(x^2) + eps) from x (tiny, from L2): that is the
 # fusion -- the normalised row is never written out. Warp shuffles, then one float per warp.
@@ -393,18 +414,21 @@ def render_source(g: Genome, problem: dict, norm: str | None = None) -> str:
     steps = _word_math(method, per_word, seq["nibbles"])
     zero_of = ("(float)zp[(long long)grp * N + c + e]" if problem.get("zero_points") else "8.f")
     load_x = ("#pragma unroll\n            for (int a = 0; a < MT; ++a) load_x8(xr[a] + (long long)kw * 8, {dst}[a]);")
+    stream = norm == "stream"
     if norm:  # x times gamma (and 1 / rms when the norm comes first) as it is loaded
+        square = "if ({valid}) ssq[a] = fmaf({dst}[a][b], {dst}[a][b], ssq[a]); " if stream else ""
         load_x = ("{{ float gv[8]; load_raw8(gm + (long long)kw * 8, gv);\n#pragma unroll\n"
                   "            for (int a = 0; a < MT; ++a) {{ load_x8(xr[a] + (long long)kw * 8, {dst}[a]);\n#pragma unroll\n"
-                  "                for (int b = 0; b < 8; ++b) {dst}[a][b] *= gv[b]" + (" * inv[a]" if norm == "load" else "")
-                  + "; }} }}")
+                  "                for (int b = 0; b < 8; ++b) {{ " + square + "{dst}[a][b] *= gv[b]"
+                  + (" * inv[a]" if norm == "load" else "") + "; }} }} }}")
     x_batch = ("""            float xb[B][MT][8];
 #pragma unroll
             for (int u = 0; u < B; ++u) {
                 const int kw = min(j + u * KSPLIT, KW - 1);
-""" + load_x.format(dst="xb[u]") + "\n            }\n") if x_first else ""
+""" + load_x.format(dst="xb[u]", valid="j + u * KSPLIT < KW") + "\n            }\n") if x_first else ""
     x_word = ("                float (*xw)[8] = xb[u];" if x_first else
-              "                float xw[MT][8];\n    " + load_x.format(dst="xw"))
+              "                float xw[MT][8];\n    " + load_x.format(dst="xw", valid="true"))
+    ssq = ", float *ssq" if stream else ""
     nz = 5 if method == "mask" else 1
     return f"""// AbeBot generated CUDA {"RMSNorm + " if norm else ""}W4A16 ({dtype}, zero points: {problem.get('zero_points', False)}): y = {"rmsnorm(x) * gamma" if norm else "x"} . ((q - z) * s)
 typedef {T} T;
@@ -450,7 +474,7 @@ static __device__ __forceinline__ void load_x8(const T *p, float *o) {{
 template <int V>
 static __device__ __forceinline__ void run(const T *__restrict__ x, const int *__restrict__ qw, const T *__restrict__ sc,
                                            const unsigned char *__restrict__ zp, const T *__restrict__ gm, const float *inv,
-                                           int M, int N, int G, int m0, int c, int ks, float (*acc)[VEC]) {{
+                                           int M, int N, int G, int m0, int c, int ks, float (*acc)[VEC]{ssq}) {{
     const int KW = G * 16;
     const T *xr[MT];
 #pragma unroll
@@ -486,19 +510,19 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 {_entry(norm)}
     const int tc = threadIdx.x % TC, ks = threadIdx.x / TC;
     const int c0 = (blockIdx.x * TC + tc) * VEC, m0 = blockIdx.y * MT;
-    float acc[MT][VEC] = {{}};
+    float acc[MT][VEC] = {{}};{chr(10) + "    float ssq[MT] = {}, junk[MT];" if stream else ""}
     const bool vec_ok = N % VEC == 0 && ((unsigned long long)qw % (4 * VEC)) == 0;  // else column by column
     if (c0 < N) {{
-        if (vec_ok) run<VEC>(x, qw, sc, zp, gm, inv, M, N, G, m0, c0, ks, acc);
+        if (vec_ok) run<VEC>(x, qw, sc, zp, gm, inv, M, N, G, m0, c0, ks, acc{", ssq" if stream else ""});
         else {{
             for (int e = 0; e < VEC && c0 + e < N; ++e) {{
                 float one[MT][VEC] = {{}};
-                run<1>(x, qw, sc, zp, gm, inv, M, N, G, m0, c0 + e, ks, one);
+                run<1>(x, qw, sc, zp, gm, inv, M, N, G, m0, c0 + e, ks, one{", e == 0 ? ssq : junk" if stream else ""});
 #pragma unroll
                 for (int a = 0; a < MT; ++a) acc[a][e] = one[a][0];
             }}
         }}
-    }}{_NORM_CALL if norm == "store" else ""}
+    }}{_NORM_CALL if norm == "store" else _STREAM_INV if stream else ""}
 #if KSPLIT > 1
     // K lanes of a warp add up by shuffles (a warp holds KL of them), then the NG groups through
     // shared memory in a fixed order; every thread reaches both, so no shuffle or barrier diverges
@@ -530,6 +554,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     for (int a = 0; a < MT; ++a)
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-            if (m0 + a < M && c0 + e < N) y[(long long)(m0 + a) * N + c0 + e] = from_f(acc[a][e]{" * inv[a]" if norm == "store" else ""});
+            if (m0 + a < M && c0 + e < N) y[(long long)(m0 + a) * N + c0 + e] = from_f(acc[a][e]{" * inv[a]" if norm in ("store", "stream") else ""});
 }}
 """
