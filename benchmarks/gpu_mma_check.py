@@ -24,7 +24,7 @@ from core.genome import Genome  # noqa: E402
 from core.workloads.w4a16 import cuda  # noqa: E402
 
 
-def variants() -> list[Genome]:
+def variants(norm: str | None) -> list[Genome]:
     out = []
     for seed in cuda.MMA_SEEDS:
         for kb in (1, 4):
@@ -34,6 +34,8 @@ def variants() -> list[Genome]:
                     d["parallel_config"]["kblocks"] = kb
                     d["instruction_sequence"]["first"] = first
                     d["register_allocation"]["pipeline"] = pipeline
+                    if norm:
+                        d["instruction_sequence"]["norm"] = norm
                     out.append(Genome.from_json(d))
     return out
 
@@ -41,14 +43,14 @@ def variants() -> list[Genome]:
 def main() -> int:
     problem = {"m": 16, "n": 1024, "k_groups": 16, "dtype": "bfloat16", "zero_points": False,
                **json.loads(sys.argv[1] if len(sys.argv) > 1 else "{}")}
-    proto = Protocol({"backend": "cuda", "device": 0, "workload": sys.argv[2] if len(sys.argv) > 2 else "w4a16",
-                      "problem": problem})
+    workload = sys.argv[2] if len(sys.argv) > 2 else "w4a16"
+    proto = Protocol({"backend": "cuda", "device": 0, "workload": workload, "problem": problem})
     h, rt = proto.harness, proto.runtime
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for g in variants():
+        for g in variants(None) if workload == "w4a16" else variants("load") + variants("store"):
             ks = cuda.cuda_mma.shape_of(g)
-            label = (f"wk{ks['wk']} wn{ks['wn']} nt{ks['nt']} kb{ks['kb']} first={g['instruction_sequence']['first']} "
+            label = (f"{g['instruction_sequence'].get('norm', '')} wk{ks['wk']} wn{ks['wn']} nt{ks['nt']} kb{ks['kb']} first={g['instruction_sequence']['first']} "
                      f"pipe={g['register_allocation']['pipeline']} B={g['register_allocation']['batch']}")
             try:
                 kernel = rt.load(proto.backend.compile(proto.template.render(g), Path(tmp)))
