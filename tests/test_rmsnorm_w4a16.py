@@ -151,6 +151,26 @@ def test_c_norm_genes_move_the_norm(wl):
     assert "* g0 * inv0;" in at_load and "* g0;" in at_store and "acc0_0 * " in at_store
 
 
+@pytest.mark.parametrize("backend", ["c", "triton"])
+def test_c_and_triton_genes_are_w4a16s_plus_the_norms(wl, backend):
+    """The fused templates render W4A16's kernels (``norm=``): W4A16's genes by group, plus the
+    norm's; the C one without ``layout`` (the workload declares no weights to repack into panels)."""
+    prob = wl.validate_problem(SMALL if backend == "c" else {}, backend)
+    dev = backend_class("c").devices()[0] if backend == "c" else dataclasses.replace(H200, backend=backend)
+    base = get_workload("w4a16")
+    ours = wl.template(backend, prob, dev).gene_space().groups
+    theirs = base.template(backend, base.validate_problem({}, backend), dev).gene_space().groups
+    added = {"c": {"norm_pass"}, "triton": {"norm_chunk", "norm"}}[backend]
+    removed = {"layout"} if backend == "c" else set()
+    for group, genes in theirs.items():
+        names = {g.name for g in ours[group]}
+        assert names == ({g.name for g in genes} - removed) | (names & added), group
+    assert {g.name for gs in ours.values() for g in gs} >= added
+    if backend == "c":
+        (regs,) = ours["register_allocation"]
+        assert dict(regs.keys)["norm"] == ("load", "store")
+
+
 # ---- the GPU templates, rendered without a GPU ---------------------------------------------------
 
 @pytest.mark.parametrize("backend", ["cuda", "triton"])

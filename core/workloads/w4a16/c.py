@@ -17,11 +17,14 @@ point) once for all its rows, and multiplies them in. The genome picks:
 * instruction_sequence -- the order in which a word's 8 values are unpacked and accumulated
   (each value is unpacked right before its multiply-adds; without -ffast-math the order of the
   additions is the compiled order).
+
+:mod:`core.workloads.rmsnorm_w4a16`'s C template is this kernel with RMSNorm fused in front: its
+:meth:`~CW4A16Template.norm` hook hands :func:`render_source` a :class:`Norm`.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
@@ -33,42 +36,41 @@ ARGTYPES = ("ptr", "ptr", "ptr", "ptr", "ptr", "int", "int", "int")  # x, qweigh
 NIBBLES = tuple(f"N{b}" for b in range(8))  # the 8 values of a word, b = 0 in the lowest bits
 LAYOUTS = ("gptq", "panels")
 PANELS = "qweight_panels"  # the repacked words' name in bind()'s tensors
+REGISTER_KEYS = (("rows", (1, 2, 4)), ("cols", (1, 2)), ("scale", ("group", "weight")))
+HINTS = ("memory_pattern.pointer_hints",)
+
+
+class Norm(NamedTuple):
+    """RMSNorm fused in front of the product (:mod:`core.workloads.rmsnorm_w4a16`): x times gamma as
+    loaded, and 1 / rms ``at`` "load" (on x as loaded) or "store" (on the finished sums), computed
+    by every tile for its rows (``per_tile``) or once per call before the parallel loop."""
+
+    at: str
+    per_tile: bool
 
 
 class CW4A16Template(Template):
     """The C template of :class:`~core.workloads.w4a16.W4A16Workload`."""
 
     backend = "c"
+    entry, argtypes = ENTRY, ARGTYPES
 
     def gene_space(self) -> GeneSpace:
-        cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
-        parallel = (
-            ChoiceGene("threads", thread_options(cores), "OpenMP threads (1 = no parallel region)"),
-            ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the parallel loop"),
-            ChoiceGene("chunk", (1, 2, 4, 8, 16), "iterations handed to a thread at a time"),
-            ChoiceGene("split", ("cols", "tiles"), "the parallel loop runs over column tiles, or (row tile, column tile) pairs"),
-        )
-        memory = (
-            ChoiceGene("vector_width", (1, 4, 8, 16), "columns per vector (GCC vector extensions; 1 = scalar)"),
-            ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified pointers"),
-            ChoiceGene("prefetch", (0, 1, 2), "prefetch the words this many groups ahead (0 = none)"),
-            ChoiceGene("layout", LAYOUTS, "the words as GPTQ packs them, or repacked once into column panels "
-                                          "contiguous along K"),
-        )
-        registers = (MapGene("register_map", (("rows", (1, 2, 4)), ("cols", (1, 2)), ("scale", ("group", "weight"))),
-                             "rows and column vectors per tile; scale each weight or each group's partial sum"),)
-        sequence = (SequenceGene("nibbles", NIBBLES, (), (), "the order a word's 8 values are unpacked and accumulated"),)
-        return GeneSpace(groups={"parallel_config": parallel, "memory_pattern": memory,
-                                 "register_allocation": registers, "instruction_sequence": sequence},
-                         seeds=seed_genomes(cores), canonicalisers=(one_thread(schedule="static", chunk=1), _scalar_cols),
-                         hints=("memory_pattern.pointer_hints",))
+        cores = cpu_cores(self.device)
+        return GeneSpace(groups=gene_groups(cores), seeds=seed_genomes(cores), canonicalisers=canonicalisers(),
+                         hints=HINTS)
 
     def render(self, genome: Genome) -> KernelSource:
-        cfg = W4Config.from_genome(genome, bool(self.problem["zero_points"]))
-        return KernelSource(backend="c", source=render_source(cfg), entry=ENTRY, flags=("-std=gnu11",),
-                            launch={"argtypes": ARGTYPES, "threads": cfg.threads, "vector_width": cfg.vw,
-                                    "layout": cfg.layout, "panel_cols": cfg.panel},
-                            resources={"workspace_bytes": 0, "threads": cfg.threads})
+        cfg, norm = W4Config.from_genome(genome, bool(self.problem.get("zero_points", False))), self.norm(genome)
+        launch = {"argtypes": self.argtypes, "threads": cfg.threads, "vector_width": cfg.vw}
+        if norm is None:  # the fused kernel has no layout gene: it reads GPTQ's words
+            launch.update(layout=cfg.layout, panel_cols=cfg.panel)
+        return KernelSource(backend="c", source=render_source(cfg, norm), entry=self.entry, flags=("-std=gnu11",),
+                            launch=launch, resources={"workspace_bytes": 0, "threads": cfg.threads})
+
+    def norm(self, genome: Genome) -> Norm | None:
+        """The RMSNorm fused in front of the product (a subclass's hook); None: W4A16 alone."""
+        return None
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         # A panels kernel reads its repacked words through the qweight argument.
@@ -98,6 +100,38 @@ def panels(qweight: Any, p: int) -> Any:
 
 
 TEMPLATE = CW4A16Template
+
+
+def cpu_cores(device: Any) -> int:
+    """The cores the thread options are built for."""
+    return max(1, int(device.multiprocessors or os.cpu_count() or 1))
+
+
+def gene_groups(cores: int) -> dict[str, tuple]:
+    """W4A16's C genes by group, for ``cores`` cores."""
+    parallel = (
+        ChoiceGene("threads", thread_options(cores), "OpenMP threads (1 = no parallel region)"),
+        ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the parallel loop"),
+        ChoiceGene("chunk", (1, 2, 4, 8, 16), "iterations handed to a thread at a time"),
+        ChoiceGene("split", ("cols", "tiles"), "the parallel loop runs over column tiles, or (row tile, column tile) pairs"),
+    )
+    memory = (
+        ChoiceGene("vector_width", (1, 4, 8, 16), "columns per vector (GCC vector extensions; 1 = scalar)"),
+        ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified pointers"),
+        ChoiceGene("prefetch", (0, 1, 2), "prefetch the words this many groups ahead (0 = none)"),
+        ChoiceGene("layout", LAYOUTS, "the words as GPTQ packs them, or repacked once into column panels "
+                                      "contiguous along K"),
+    )
+    registers = (MapGene("register_map", REGISTER_KEYS,
+                         "rows and column vectors per tile; scale each weight or each group's partial sum"),)
+    sequence = (SequenceGene("nibbles", NIBBLES, (), (), "the order a word's 8 values are unpacked and accumulated"),)
+    return {"parallel_config": parallel, "memory_pattern": memory, "register_allocation": registers,
+            "instruction_sequence": sequence}
+
+
+def canonicalisers() -> tuple[Callable[[Genome], Genome], ...]:
+    """One thread's schedule fixed; one column per tile when scalar."""
+    return (one_thread(schedule="static", chunk=1), _scalar_cols)
 
 
 def _scalar_cols(g: Genome) -> Genome:
@@ -135,36 +169,53 @@ class W4Config:
         p, m, rm = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["register_map"]
         return cls(threads=p["threads"], schedule=p["schedule"], chunk=p["chunk"], split=p["split"],
                    vw=m["vector_width"], restrict=m["pointer_hints"] == "restrict", prefetch=m["prefetch"],
-                   layout=m["layout"], panel=m["vector_width"] * rm["cols"] if m["vector_width"] > 1 else 1,
+                   layout=m.get("layout", "gptq"), panel=m["vector_width"] * rm["cols"] if m["vector_width"] > 1 else 1,
                    rows=rm["rows"], cols=rm["cols"], per_group=rm["scale"] == "group",
                    nibbles=tuple(g["instruction_sequence"]["nibbles"]), zeros=zeros)
 
 
 # ---- rendering -----------------------------------------------------------------------------------
 
-def render_source(c: W4Config) -> str:
+def render_source(c: W4Config, norm: Norm | None = None) -> str:
+    """The C source of ``c``; with ``norm``, RMSNorm fused in front (entry ``abebot_rmsnorm_w4a16``,
+    symmetric weights only)."""
+    if norm and c.zeros:
+        raise ValueError("the fused RMSNorm kernel takes no zero points")
     tiles = []
     for vec in ((True, False) if c.vw > 1 else (False,)):
         for rows in sorted({c.rows, 1}, reverse=True):
-            tiles.append(_tile(c, rows, vec))
-    return "\n".join([_prelude(c)] + tiles + [_entry(c)])
+            tiles.append(_tile(c, rows, vec, norm))
+    return "\n".join([_prelude(c, norm)] + tiles + [_entry(c, norm)])
 
 
-def _prelude(c: W4Config) -> str:
+# 8 float partial sums vectorise; their total in double keeps K's rounding out of 1/rms
+_RMS_INV = ("/* 1 / sqrt(mean(x^2) + eps) of one row of K (a multiple of 128) values */\n"
+            "static float rms_inv(const float *RESTRICT xr, size_t K, float eps) {\n"
+            "  float p[8] = {0};\n"
+            "  for (size_t k = 0; k < K; k += 8)\n    for (int l = 0; l < 8; ++l) p[l] += xr[k + l] * xr[k + l];\n"
+            "  double ss = 0.0;\n  for (int l = 0; l < 8; ++l) ss += p[l];\n"
+            "  return (float)(1.0 / sqrt(ss / (double)K + (double)eps));\n}\n")
+
+
+def _prelude(c: W4Config, norm: Norm | None) -> str:
     words = "GPTQ words" if c.layout == "gptq" else "GPTQ words repacked in column panels"
-    out = (f"/* AbeBot W4A16, C backend: y = x . ((q - z) * s), {words} (8 values along K), float32. */\n"
-           "#include <stddef.h>\n#include <stdint.h>\n#include <omp.h>\n"
-           f"#define VW {c.vw}\n#define ROWS {c.rows}\n#define COLS {c.cols}\n#define PF_GROUPS {c.prefetch}\n"
-           f"#define RESTRICT {'restrict' if c.restrict else ''}\n")
+    if norm:
+        out = ("/* AbeBot RMSNorm + W4A16, C backend: y = (x / rms(x) * gamma) . ((q - 8) * s), "
+               f"{words} (8 values along K), float32. */\n#include <math.h>\n")
+    else:
+        out = f"/* AbeBot W4A16, C backend: y = x . ((q - z) * s), {words} (8 values along K), float32. */\n"
+    out += ("#include <stddef.h>\n#include <stdint.h>\n#include <omp.h>\n"
+            f"#define VW {c.vw}\n#define ROWS {c.rows}\n#define COLS {c.cols}\n#define PF_GROUPS {c.prefetch}\n"
+            f"#define RESTRICT {'restrict' if c.restrict else ''}\n")
     if c.vw > 1:
         out += (f"typedef float vf __attribute__((vector_size({4 * c.vw}), may_alias));\n"
                 f"typedef float vfu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n"
                 f"typedef int32_t vi __attribute__((vector_size({4 * c.vw}), may_alias));\n"
                 f"typedef int32_t viu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n")
-    return out
+    return out + (_RMS_INV if norm else "")
 
 
-def _tile(c: W4Config, rows: int, vec: bool) -> str:
+def _tile(c: W4Config, rows: int, vec: bool, norm: Norm | None) -> str:
     """``tile_<v|s><rows>``: ``rows`` rows by COLS vectors (v) or one column (s), all groups."""
     r, cols = "RESTRICT", (c.cols if vec else 1)
     ft, it, width = ("vf", "vi", c.vw) if vec else ("float", "int32_t", 1)
@@ -176,9 +227,16 @@ def _tile(c: W4Config, rows: int, vec: bool) -> str:
     def splat(v: str) -> str:
         return f"(({ft}){{0}} + {v})" if vec else v
 
+    fused = f", const float *{r} gm, const float *invs, float eps" if norm else ""
     out = [f"static void {name}(const float *{r} x, const int32_t *{r} qw, const float *{r} sc, const uint8_t *{r} zp,",
-           f"                   float *{r} y, int m, int n, int G, int r0, int c0) {{",
+           f"                   float *{r} y, int m, int n, int G, int r0, int c0{fused}) {{",
            "  (void)m; (void)zp;"]
+    if norm:
+        out.append("  (void)invs; (void)eps;")
+        for a in range(rows):
+            row = f"x + (size_t)(r0 + {a}) * G * 128"
+            out.append(f"  const float inv{a} = " + (f"rms_inv({row}, (size_t)G * 128, eps);" if norm.per_tile
+                                                   else f"invs[r0 + {a}];"))
     out += [f"  {ft} acc{i}_{j} = {splat('0.0f')};" for i in range(rows) for j in range(cols)]
     out.append("  for (int g = 0; g < G; ++g) {")
     panel = cols * width  # the columns of this tile: one panel of the repacked layout
@@ -204,7 +262,15 @@ def _tile(c: W4Config, rows: int, vec: bool) -> str:
             else "((size_t)g * 16 + i) * n + c0 + {j}")
     body = [f"const {it} w{j} = {ld('qw', word.format(p=panel, j=j * width), 'vi' if vec else '')};"
             for j in range(cols)]
-    body += [f"const float x{a}_{b} = x[(size_t)(r0 + {a}) * G * 128 + k + {b}];" for a in range(rows) for b in range(8)]
+    if norm:
+        body += [f"const float g{b} = gm[k + {b}];" for b in range(8)]
+    at_load = norm is not None and norm.at == "load"
+
+    def x_times(a: int, b: int) -> str:  # x as loaded: times gamma (and 1 / rms) when fused
+        return "" if not norm else f" * g{b}" + (f" * inv{a}" if at_load else "")
+
+    body += [f"const float x{a}_{b} = x[(size_t)(r0 + {a}) * G * 128 + k + {b}]{x_times(a, b)};"
+             for a in range(rows) for b in range(8)]
     dst = "gacc" if c.per_group else "acc"
     for tok in c.nibbles:  # value b of the word: unpack, then accumulate (the order is the sum's order)
         b = int(tok[1])
@@ -221,25 +287,37 @@ def _tile(c: W4Config, rows: int, vec: bool) -> str:
     for i in range(rows):
         for j in range(cols):
             dst = f"y + (size_t)(r0 + {i}) * n + c0 + {j * width}"
-            out.append(f"  *(vfu *)({dst}) = acc{i}_{j};" if vec else f"  *({dst}) = acc{i}_{j};")
+            val = f"acc{i}_{j}" + (f" * {splat(f'inv{i}')}" if norm and not at_load else "")
+            out.append(f"  *(vfu *)({dst}) = {val};" if vec else f"  *({dst}) = {val};")
     return "\n".join(out) + "\n}\n"
 
 
-def _entry(c: W4Config) -> str:
+def _entry(c: W4Config, norm: Norm | None) -> str:
     vec_tiles = "n / (VW * COLS)" if c.vw > 1 else "0"
-    scalar = "tile_s"
-    call_v = ("if (rt == ROWS) tile_v{R}(x, qweight, scales, zeros, y, m, n, G, r0, ct * VW * COLS); "
-              "else for (int a = 0; a < rt; ++a) tile_v1(x, qweight, scales, zeros, y, m, n, G, r0 + a, ct * VW * COLS);")
-    call_s = (f"if (rt == ROWS) {scalar}{{R}}(x, qweight, scales, zeros, y, m, n, G, r0, cs); "
-              f"else for (int a = 0; a < rt; ++a) {scalar}1(x, qweight, scales, zeros, y, m, n, G, r0 + a, cs);")
+    zp, fused = ("NULL", ", gamma, invs, eps") if norm else ("zeros", "")
+
+    def call(kind: str, c0: str) -> str:
+        def args(r0: str) -> str:
+            return f"x, qweight, scales, {zp}, y, m, n, G, {r0}, {c0}{fused}"
+        return (f"if (rt == ROWS) tile_{kind}{c.rows}({args('r0')}); "
+                f"else for (int a = 0; a < rt; ++a) tile_{kind}1({args('r0 + a')});")
+
     task = ("    const int rt = m - r0 < ROWS ? m - r0 : ROWS;\n"
-            + ("    if (ct < NV) { " + call_v.format(R=c.rows) + " continue; }\n" if c.vw > 1 else "")
-            + "    const int cs = NV * VW * COLS + (ct - NV);\n    " + call_s.format(R=c.rows) + "\n")
-    out = ("void abebot_w4a16(const float *x, const int32_t *qweight, const float *scales, const uint8_t *zeros,\n"
-           "                  float *y, int m, int n, int G) {\n"
-           "  if (m <= 0 || n <= 0) return;\n"
-           f"  const int NV = {vec_tiles};  /* full vector tiles; the columns after them run one by one */\n"
-           "  const int CT = NV + (n - NV * VW * COLS), RT = (m + ROWS - 1) / ROWS;\n  (void)RT;\n")
+            + ("    if (ct < NV) { " + call("v", "ct * VW * COLS") + " continue; }\n" if c.vw > 1 else "")
+            + "    const int cs = NV * VW * COLS + (ct - NV);\n    " + call("s", "cs") + "\n")
+    if norm:
+        out = ("void abebot_rmsnorm_w4a16(const float *x, const float *gamma, const int32_t *qweight, const float *scales,\n"
+               "                          float *y, int m, int n, int G, float eps) {\n")
+    else:
+        out = ("void abebot_w4a16(const float *x, const int32_t *qweight, const float *scales, const uint8_t *zeros,\n"
+               "                  float *y, int m, int n, int G) {\n")
+    out += ("  if (m <= 0 || n <= 0) return;\n"
+            f"  const int NV = {vec_tiles};  /* full vector tiles; the columns after them run one by one */\n"
+            "  const int CT = NV + (n - NV * VW * COLS), RT = (m + ROWS - 1) / ROWS;\n  (void)RT;\n")
+    if norm:
+        out += "  float invs[m];  /* 1/rms of each row (m <= 16) */\n" + (
+            "  (void)invs;\n" if norm.per_tile else
+            "  for (int r = 0; r < m; ++r) invs[r] = rms_inv(x + (size_t)r * G * 128, (size_t)G * 128, eps);\n")
     pragma = (f"  #pragma omp parallel for num_threads({c.threads}) schedule({c.schedule}, {c.chunk})\n"
               if c.threads > 1 else "")
     if c.split == "cols":
