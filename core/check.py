@@ -12,10 +12,11 @@ A kernel engineer hands in a source file; AbeBot puts it where a rendered genome
 
 The result is a dict (:func:`check_kernel`, :class:`Checker`) and a plain-text report
 (:func:`format_report`): the verdict (``ok`` or the lethal status and its cause), the error on each
-verification shape, the time against every baseline (median and spread) and the share of the
-roofline. What a kernel must look like for each workload x backend -- the *entry contract* -- is
-generated from the templates by :mod:`core.contract` (``python -m core check --contract``), so
-README's "Bring your own kernel" cannot drift from the code.
+verification shape, the time against every baseline (median and spread), the one-time weight
+repack when the template made one (``repack_us``, timed apart) and the share of the roofline. What
+a kernel must look like for each workload x backend -- the *entry contract* -- is generated from the
+templates by :mod:`core.contract` (``python -m core check --contract``), so README's "Bring your own
+kernel" cannot drift from the code.
 
 Bad input (unknown workload or backend, an unreadable file, bad JSON, a backend not available here,
 a missing device) raises :class:`CheckInputError` (a ValueError) before anything is written.
@@ -288,6 +289,7 @@ def result_dict(checker: Checker, kernel: KernelSource, ev: Any, path: str = "")
         "entry": kernel.entry, "launch": _jsonable(kernel.launch), "flags": list(kernel.flags),
         "time_us": ev.time_us, "time_spread_us": ev.time_spread_us, "stability": ev.stability,
         "memory_bytes": ev.memory_bytes, "extra_bytes": ev.extra_bytes,
+        "repack_us": getattr(ev, "repack_us", None), "repack_bytes": getattr(ev, "repack_bytes", None),
         "max_abs_err": ev.max_abs_err, "rel_err": ev.rel_err,
         "shape_errors": _jsonable(getattr(ev, "shape_errors", None) or []),
         "tolerance": tolerances(checker.workload, checker.problem),
@@ -347,6 +349,9 @@ def format_report(r: dict) -> str:
                      f" on shape {_fmt_shape(r['shape'] or {})}")
     else:
         lines.append("time: not measured (rejected before timing)")
+    repack = repack_line(r)
+    if repack:
+        lines.append(repack)
     lines.append(f"{'baseline':24s} {'median us':>11s} {'spread us':>10s} {'kernel speed-up':>16s}")
     for name, b in sorted(r["baselines"].items(), key=lambda kv: kv[1]["time_us"] or math.inf):
         speed = f"{b['speedup']:.3f}x" if b["speedup"] else "-"
@@ -381,6 +386,21 @@ def format_report(r: dict) -> str:
     if r["status"] in ("crashed", "timeout"):
         lines.append(f"sandbox log: {r['sandbox_log']}")
     return "\n".join(lines)
+
+
+def repack_line(r: dict) -> str:
+    """The template's one-time weight repack (``repack_us``: median on the timed shape's cases, apart
+    from the timed launches), or "" when the kernel reads the canonical layout. The repacked bytes
+    are named when the record has them; they are counted in ``extra_bytes`` either way."""
+    ev = r.get("evaluation") or {}
+    us = r.get("repack_us", ev.get("repack_us"))
+    if us is None:
+        return ""
+    nbytes = r.get("repack_bytes", ev.get("repack_bytes"))
+    made = (f"{int(nbytes)} bytes of repacked weights" if isinstance(nbytes, (int, float)) and not isinstance(nbytes, bool)
+            else "the repacked weights")
+    return (f"repack: {us:.2f} us once per case (median on the timed shape), not in the time above;"
+            f" {made} count in memory's extra bytes")
 
 
 def _sci(v: Any) -> str:

@@ -133,6 +133,34 @@ def test_entry_and_launch_flags_replace_the_seeds(gemm):
     assert missing["status"] in ("crashed", "compile_error") and "abebot_gemm" in missing["cause"], verdict(missing)
 
 
+W4A16 = {"m": 2, "n": 256, "k_groups": 4}
+
+
+def test_the_report_shows_the_one_time_repack_of_a_kernel_reading_repacked_weights(runs_dir):
+    """W4A16's C template repacks GPTQ's words into column panels for a kernel whose launch says
+    ``layout: panels``: check reports that repack's time (``repack_us``, apart from the timed
+    launches) in the result and the text; a kernel reading GPTQ's own words shows none."""
+    checker = _checker(runs_dir, "w4a16", W4A16)
+    try:
+        space = checker.evaluator.template.gene_space()
+        genome = space.seed_genomes()[0].replace("memory_pattern", "layout", "panels")
+        kernel = checker.evaluator.template.render(space.canonical(genome))
+        assert kernel.launch["layout"] == "panels" and checker.seed.launch["layout"] == "gptq"
+        r = checker.check(kernel.source, launch=kernel.launch, path="panels.c")
+        plain = checker.check(checker.seed.source, path="gptq.c")
+    finally:
+        checker.close()
+    assert r["ok"] and plain["ok"], (verdict(r), verdict(plain))
+    json.dumps(r)
+    assert r["repack_us"] > 0 and r["repack_us"] == r["evaluation"]["repack_us"]
+    text = format_report(r)
+    assert f"repack: {r['repack_us']:.2f} us once per case" in text, text
+    assert plain["repack_us"] is None and "repack" not in format_report(plain)
+    words = W4A16["n"] * W4A16["k_groups"] * 16 * 4
+    assert r["extra_bytes"] >= words > plain["extra_bytes"]
+    assert f"{words} bytes of repacked weights" in format_report({**r, "repack_bytes": words})
+
+
 # ---- the planted cheats --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("workload", ["gemm", "rmsnorm"])
