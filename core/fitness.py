@@ -35,7 +35,8 @@ def score(measure: Mapping, baseline: Mapping, weights: Mapping[str, float]) -> 
     """Fitness of one evaluated candidate.
 
     ``measure`` is an evaluation (status and every objective's measurement), ``baseline`` the
-    run's baseline record (the measurements of the library baseline), ``weights`` objective name ->
+    generation's baseline record (the measurements of the library baseline, with the run-level
+    ``reference`` the time term divides, :mod:`core.objectives`), ``weights`` objective name ->
     weight. Every objective the weights name gets a term, a zero-weighted one too (it is stored).
     """
     if measure["status"] != "ok":

@@ -11,7 +11,9 @@
    space is exhausted a known genome is reused with its stored measurements);
 4. evaluate the new genomes (the evaluator compiles them in parallel) and re-time the elites,
    with the baseline timed before, between and after them (:func:`core.retiming.measure_generation`);
-5. score everyone against this generation's baseline (an elite by the median of its timings), rank
+5. score everyone against the run-level reference -- the median of every generation's baseline so
+   far, this one's included (:func:`core.retiming.with_reference`) -- (an elite by the median of
+   its timings), rank
    by Pareto dominance; with NSGA-II, parents and children compete for the places (mu + lambda
    survival) after the elites, which are kept by weighted fitness.
 
@@ -31,7 +33,7 @@ from core.config import RunConfig
 from core.fitness import crowding_distance, objectives, pareto_ranks, score
 from core.genome import GeneSpace, Genome
 from core.operators import crossover, flat_genes, make_valid, mutate
-from core.retiming import champion_figures, first_measure, measure_generation, remeasured, unique
+from core.retiming import champion_figures, first_measure, measure_generation, remeasured, unique, with_reference
 
 EvaluateFn = Callable[[Sequence[Genome]], list[dict]]
 
@@ -65,12 +67,16 @@ class GAContext:
 
     config: RunConfig
     space: GeneSpace
-    baseline: Mapping  # the current generation's baseline record: the library's measurement of every objective
+    baseline: Mapping  # the current generation's baseline record: the library's measurement of every objective,
+    # plus ``reference`` (the median of ``baseline_times``) once a generation has timed it
     evaluate: EvaluateFn
     known: dict[str, dict] = field(default_factory=dict)  # genome hash -> measure, over the whole run
     retime: EvaluateFn | None = None  # measures elites again (not new evaluations); None: they keep theirs
     remeasure: Callable[[], Mapping] | None = None  # times the baselines; None: ``baseline`` never changes
     log: Callable[[str], None] | None = None
+    # the primary's median time (µs) of every generation's baseline in this run, in order: one entry per
+    # generation measured (a resumed run reloads it from the store's generations table)
+    baseline_times: list[float] = field(default_factory=list)
 
 
 def initial_population(ctx: GAContext, rng: random.Random) -> list[Individual]:
@@ -200,8 +206,10 @@ def _evaluate_and_score(pop: list[Individual], ctx: GAContext, retime: Sequence[
             ctx.known[g.hash] = first_measure(m)
         for g, m in zip(again, repeats):
             ctx.known[g.hash] = remeasured(ctx.known[g.hash], m)
-        if baseline is not None:
-            ctx.baseline = baseline
+        if baseline is not None:  # once per generation: initial_population and step each call this once
+            if baseline.get("time_us") is not None:
+                ctx.baseline_times.append(float(baseline["time_us"]))
+            ctx.baseline = with_reference(baseline, ctx.baseline_times)
     new = {g.hash for g in fresh}
     timed = {g.hash for g in again} if ctx.retime else set()
     for ind in pop:

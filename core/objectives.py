@@ -1,11 +1,10 @@
 """The fitness objectives, as data: what each one measures and how it is normalised.
 
 The seed adds ``1/time`` and ``1/bytes`` raw, which mixes units so its weights mean nothing. Here
-each objective's *term* is a ratio against the baseline measured in the same process in the same
-generation (:mod:`core.retiming`), so that larger is always better and 1.0 means "as good as the
-library":
+each objective's *term* is a ratio against the library baseline measured in the same process
+(:mod:`core.retiming`), so that larger is always better and 1.0 means "as good as the library":
 
-* time      = baseline time / candidate time     (1.0 = as fast as the library, 2.0 = twice as fast)
+* time      = reference time / candidate time    (1.0 = as fast as the library, 2.0 = twice as fast)
 * memory    = baseline bytes / candidate bytes   (1.0 = same footprint as the library)
 * stability = the mean of determinism (repeated launches bit-identical to the first), steadiness
   (1 - timing IQR / median) and error margin (tolerance left unused), in [0, 1]
@@ -14,6 +13,14 @@ library":
 :mod:`core.fitness`); a lethal candidate has fitness 0. Raw measurements are always stored beside
 the terms, and the Pareto ranking uses the raw measurements, each turned into "smaller is better"
 by its :attr:`Objective.direction`.
+
+The time term's denominator is the baseline record's run-level ``reference`` -- the median of the
+baseline times of every generation so far, this one's included -- not the generation's own baseline
+time: fitness is compared across generations (the run's champion is its fittest kernel), and a
+noisy generation whose baseline happened to be slow (45 vs 104 µs on an H200) would otherwise
+inflate the fitness of every kernel first measured in it. A ratio objective uses
+``baseline["reference"][measure]`` when the reference has that measure and ``baseline[measure]``
+otherwise (memory; runs and records from before the reference).
 
 Adding an objective means adding one entry to :data:`OBJECTIVES`: the CLI, the launch form, the
 stored ``<name>_term`` columns and the Pareto matrix all iterate over it.
@@ -45,13 +52,22 @@ class Objective:
     def term(self, measure: Mapping, baseline: Mapping) -> float:
         """The normalised term of one candidate: larger is better, 1.0 = the baseline's value.
 
-        A ``minimize`` objective is ``baseline / value``; a ``maximize`` one is taken as it is
-        (it is already a fraction in [0, 1], such as stability).
+        A ``minimize`` objective is ``baseline / value``, the baseline being the run-level
+        ``reference`` when it has this measure (see the module docstring); a ``maximize`` one is
+        taken as it is (it is already a fraction in [0, 1], such as stability).
         """
         value = float(measure[self.measure])
         if self.direction == "minimize":
-            return float(baseline[self.measure]) / value
+            return self.reference(baseline) / value
         return value
+
+    def reference(self, baseline: Mapping) -> float:
+        """The value a ``minimize`` term divides: ``baseline["reference"][measure]`` when present,
+        else ``baseline[measure]``."""
+        ref = baseline.get("reference")
+        if isinstance(ref, Mapping) and ref.get(self.measure) is not None:
+            return float(ref[self.measure])
+        return float(baseline[self.measure])
 
     def minimised(self, measure: Mapping) -> float:
         """The raw measurement turned into "smaller is better" (for Pareto ranking)."""

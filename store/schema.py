@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import pyarrow as pa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class StoreError(Exception):
@@ -108,9 +108,12 @@ GENERATIONS = _cols(
 # Columns added after version 1, per table, in table order (see the module docstring).
 # Version 3: each device's baseline in the generation (slot -> time of the primary), JSON text.
 _GENERATIONS_V3 = _cols("baseline_devices VARCHAR")
-GENERATIONS = GENERATIONS + _GENERATIONS_V3
+# Version 5: the run-level reference the time term divides (core/retiming.py, ``with_reference``): the
+# median of every generation's ``baseline_time_us`` up to and including this one.
+_GENERATIONS_V5 = _cols("baseline_reference_us DOUBLE")
+GENERATIONS = GENERATIONS + _GENERATIONS_V3 + _GENERATIONS_V5
 ADDED = {"individuals": _INDIVIDUALS_V2 + _INDIVIDUALS_V3 + _INDIVIDUALS_V4,
-         "generations": _GENERATIONS_V2 + _GENERATIONS_V3}
+         "generations": _GENERATIONS_V2 + _GENERATIONS_V3 + _GENERATIONS_V5}
 # ``generation`` is the generation that first used the kernel: it partitions live/kernels/.
 KERNELS = _cols(
     "source_hash VARCHAR, generation BIGINT, backend VARCHAR, entry VARCHAR, source VARCHAR, flags JSON,"

@@ -203,6 +203,19 @@ class RunWriter:
             ).to_arrow_table().to_pylist()
         return {r["genome_hash"]: r for r in rows}
 
+    def baseline_times(self, through: int | None = None) -> list[float]:
+        """Every committed generation's baseline time (``baseline_time_us``, µs), in generation order,
+        up to ``through`` when given; generations without one (runs from before re-timing) are left
+        out. A resumed run rebuilds its run-level reference from these (core/retiming.py)."""
+        sql = "SELECT baseline_time_us FROM generations WHERE baseline_time_us IS NOT NULL"
+        params: list = []
+        if through is not None:
+            sql += " AND generation <= ?"
+            params.append(int(through))
+        with self._mutex:
+            rows = self._db.execute(sql + " ORDER BY generation", params).fetchall()
+        return [float(r[0]) for r in rows]
+
     def commit_generation(self, generation: int, individuals: list[dict], kernels: list[dict],
                           summary: dict, state: dict, baseline: dict | None = None) -> None:
         """Store one generation in a single transaction, then mirror it to live/ and heartbeat.

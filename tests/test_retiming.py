@@ -8,14 +8,16 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import statistics
+import sys
 from pathlib import Path
 
 import pytest
 
 from core.config import RunConfig
 from core.ga import GAContext, Individual, _evaluate_and_score, initial_population, step, summarise
-from core.retiming import (NOISY_REL_SPREAD, baseline_summary, combine, measure_generation, remeasured,
-                           time_samples)
+from core.retiming import (NOISY_REL_SPREAD, baseline_summary, combine, describe, measure_generation, remeasured,
+                           time_samples, with_reference)
 from store import RunReader, RunWriter, new_run_id
 from store.schema import SCHEMA_VERSION, columns
 from tests.test_ga import fake_measure
@@ -66,26 +68,30 @@ def ctx_for(machine: Machine, **overrides) -> GAContext:
 
 
 # -- the baseline of each generation -------------------------------------------------------------------
-def test_each_generation_uses_its_own_baseline():
+def test_each_generation_times_its_own_baseline_and_terms_use_the_run_reference():
     machine = Machine()
     ctx = ctx_for(machine)
     rng = random.Random(1)
     pop = initial_population(ctx, rng)
     first = {i.hash: i.terms["time"] for i in pop if i.ok}
-    assert ctx.baseline["time_us"] == 50.0
+    assert ctx.baseline["time_us"] == 50.0 and ctx.baseline["reference"] == {"time_us": 50.0, "generations": 1}
+    for ind in pop:  # one generation: the reference is its own baseline
+        if ind.ok:
+            assert ind.terms["time"] == pytest.approx(50.0 / ind.measure["time_us"])
     machine.slowdown = 3.0  # the machine turns busy: everything, the library too, takes 3x as long
     nxt = step(pop, ctx, rng)
+    # the generation's own baseline is kept as measured; the terms divide the median of 50 and 150
     assert ctx.baseline["time_us"] == 150.0 and ctx.baseline["samples_us"] == [150.0] * 3
+    assert ctx.baseline["reference"] == {"time_us": 100.0, "generations": 2} and ctx.baseline_times == [50.0, 150.0]
     for ind in nxt:
-        if ind.ok and not ind.remeasured:  # a new candidate: its term is as if the machine were idle
-            assert ind.terms["time"] == pytest.approx(150.0 / ind.measure["time_us"])
-            assert ind.terms["time"] == pytest.approx(50.0 / fake_measure(ind.genome)["time_us"])
+        if ind.ok and not ind.remeasured:
+            assert ind.terms["time"] == pytest.approx(100.0 / ind.measure["time_us"])
     elites = [i for i in nxt if i.remeasured]
     assert len(elites) == 2
-    for ind in elites:  # timed idle then busy: the median of (t, 3t) against this generation's baseline
+    for ind in elites:  # timed idle then busy: the median of (t, 3t) against the run's reference
         t = fake_measure(ind.genome)["time_us"]
         assert ind.measure["time_samples_us"] == pytest.approx([t, 3 * t])
-        assert ind.terms["time"] == pytest.approx(150.0 / (2 * t)) and first[ind.hash] == pytest.approx(50.0 / t)
+        assert ind.terms["time"] == pytest.approx(100.0 / (2 * t)) and first[ind.hash] == pytest.approx(50.0 / t)
 
 
 def test_the_baseline_is_timed_before_between_and_after_the_candidates():
@@ -124,6 +130,153 @@ def test_a_noisy_generation_is_flagged():
     row = baseline_summary(drifting)
     assert row["noisy"] is True and row["baseline_primary"] == "lib" and json.loads(row["baseline_samples_us"]) == [
         100.0, 180.0, 104.0]
+
+
+# -- the run-level reference ---------------------------------------------------------------------------
+SWING = (45.0, 61.0, 104.0, 61.0)  # the baseline of successive generations (torch.compile RMSNorm on an H200)
+
+
+class SwingingBaseline(Machine):
+    """The candidates time steadily; the baseline of generation g times ``schedule[g % len]`` in all of
+    its timings (``checks`` per generation). ``start`` is the first generation it measures."""
+
+    def __init__(self, schedule=SWING, checks: int = 3, start: int = 0):
+        super().__init__()
+        self.schedule, self.checks, self.timings = schedule, checks, start * checks
+
+    def remeasure(self):
+        g = self.timings // self.checks
+        self.timings += 1
+        return record(self.schedule[g % len(self.schedule)], 0.1)
+
+
+def test_a_noisy_baseline_does_not_move_a_steady_kernels_time_term():
+    machine = SwingingBaseline()
+    ctx = ctx_for(machine)
+    rng = random.Random(6)
+    history = [initial_population(ctx, rng)]
+    for _ in range(11):
+        history.append(step(history[-1], ctx, rng))
+    own = [SWING[g % 4] for g in range(12)]
+    assert ctx.baseline_times == own  # one entry per generation
+    refs = [statistics.median(own[: g + 1]) for g in range(12)]
+    # every term divides the run's reference, a steady 61 µs from generation 2 on, whatever the generation timed
+    for g, pop in enumerate(history):
+        for ind in pop:
+            if ind.ok:
+                assert ind.terms["time"] == pytest.approx(refs[g] / ind.measure["time_us"])
+    assert refs[2:] == [61.0] * 10
+    terms: dict[str, set] = {}
+    for pop in history[2:]:  # the same kernel (the same time) has the same time term in every generation
+        for ind in pop:
+            if ind.ok:
+                terms.setdefault(ind.hash, set()).add(round(ind.terms["time"], 9))
+    carried = [h for h, seen in terms.items() if sum(h in {i.hash for i in pop} for pop in history[2:]) > 1]
+    assert carried and all(len(terms[h]) == 1 for h in carried)
+    # the generation's own baseline is what it measured: 45 and 104 µs generations stay visible
+    assert ctx.baseline["time_us"] == own[-1] and baseline_summary(ctx.baseline)["baseline_reference_us"] == 61.0
+    assert baseline_summary(ctx.baseline)["baseline_time_us"] == own[-1]
+    assert "reference 61.00us (median of 12 generations)" in describe(ctx.baseline)
+
+
+def test_the_reference_falls_back_to_the_generations_own_baseline_and_leaves_memory_alone():
+    from core.objectives import objective
+
+    m = {"status": "ok", "time_us": 20.0, "memory_bytes": 500, "stability": 1.0}
+    old = record(100.0)  # a record from before the reference (an old run's state)
+    assert objective("time").term(m, old) == 5.0 and objective("memory").term(m, old) == 2.0
+    new = with_reference(old, [40.0, 100.0, 60.0])
+    assert new["reference"] == {"time_us": 60.0, "generations": 3} and new["time_us"] == 100.0
+    assert objective("time").term(m, new) == 3.0 and objective("memory").term(m, new) == 2.0
+    assert with_reference(old, []) == old and baseline_summary(old)["baseline_reference_us"] is None
+
+
+def _commit(w, g, pop, ctx):
+    from core.worker import _row
+
+    w.commit_generation(g, [_row(g, i) for i in pop], [], {**summarise(pop), **baseline_summary(ctx.baseline)},
+                        {"baseline": dict(ctx.baseline)})
+
+
+@pytest.mark.parametrize("with_reference_on", [True, False])
+def test_a_kernel_first_timed_in_a_slow_baseline_generation_does_not_outrank_a_faster_one(tmp_path, with_reference_on,
+                                                                                           monkeypatch):
+    """The H200 run: a 24.0 µs kernel first measured when the baseline timed 104 µs was the champion
+    over an 18.9 µs one first measured when it timed 45 µs."""
+    import core.ga as ga
+
+    if not with_reference_on:  # what the run did before: every term against its own generation's baseline
+        monkeypatch.setattr(ga, "with_reference", lambda baseline, history: dict(baseline))
+    space = toy_space()
+    rng = random.Random(11)
+    genomes = list({g.hash: g for g in (space.random(rng) for _ in range(40))}.values())[:10]
+    slow, fast, others = genomes[0], genomes[1], genomes[2:]
+    times = {slow.hash: 24.0, fast.hash: 18.9}
+    schedule = [61.0, 45.0, 61.0, 104.0, 61.0, 61.0, 104.0, 45.0]
+    gen = {"g": 0}
+
+    def measure(gs):
+        return [{"status": "ok", "time_us": times.get(g.hash, 200.0), "memory_bytes": 1000, "stability": 1.0}
+                for g in gs]
+
+    ctx = GAContext(RunConfig(population=4, generations=10, elites=1, weights={"time": 1.0}), space, record(61.0),
+                    measure, retime=measure, remeasure=lambda: record(schedule[gen["g"]]))
+    w = RunWriter.create(tmp_path, new_run_id("rmsnorm", "c"), {"workload": "rmsnorm", "backend": "c",
+                                                                 "weights": {"time": 1.0}})
+    try:
+        for g in range(len(schedule)):  # slow is new in generation 6 (104 µs), fast in generation 7 (45 µs)
+            gen["g"] = g
+            members = [others[g]] + ([slow] if g == 6 else []) + ([fast] if g == 7 else [])
+            pop = _evaluate_and_score([Individual(x, "random") for x in members], ctx)
+            _commit(w, g, pop, ctx)
+    finally:
+        w.close()
+    top = RunReader(w.path).top(2)
+    stored = RunReader(w.path).generations()
+    if with_reference_on:
+        assert list(top["genome_hash"]) == [fast.hash, slow.hash]
+        assert RunReader(w.path).champion()["time_us"] == 18.9
+        assert list(stored["baseline_time_us"]) == schedule  # what each generation measured, kept
+        assert list(stored["baseline_reference_us"]) == [statistics.median(schedule[: g + 1]) for g in range(8)]
+    else:  # the bug this guards against
+        assert list(top["genome_hash"]) == [slow.hash, fast.hash]
+
+
+def test_a_resumed_run_keeps_the_reference_history(tmp_path):
+    """Stopped after generation 3 and resumed: the reference goes on over every generation's baseline,
+    as in the run that never stopped."""
+    from core.worker import RunWorker
+
+    def run(name, generations, resume_from=None):
+        cfg = RunConfig(population=6, generations=generations, elites=2, seed=4, weights={"time": 1.0})
+        if resume_from is None:
+            w = RunWriter.create(tmp_path, name, json.loads(cfg.to_json()))
+        else:
+            w = RunWriter.open(tmp_path / name)
+        machine = SwingingBaseline(start=resume_from or 0)
+        ctx = GAContext(cfg, toy_space(), record(50.0), machine.evaluate, known=w.evaluations(),
+                        retime=machine.retime, remeasure=machine.remeasure)
+        try:
+            assert RunWorker(w, cfg, tmp_path / name, tmp_path, echo=None)._generations(ctx, lambda _: None) == 0
+        finally:
+            w.close()
+        return ctx
+
+    whole = run("whole", 8)
+    run("split", 4)
+    resumed = run("split", 8, resume_from=4)
+    assert resumed.baseline_times == whole.baseline_times == [SWING[g % 4] for g in range(8)]
+    assert resumed.baseline["reference"] == whole.baseline["reference"] == {"time_us": 61.0, "generations": 8}
+    gens = {k: RunReader(tmp_path / k).generations() for k in ("whole", "split")}
+    assert gens["split"]["baseline_reference_us"].tolist() == gens["whole"]["baseline_reference_us"].tolist() == [
+        statistics.median([SWING[i % 4] for i in range(g + 1)]) for g in range(8)]
+    cols = ["generation", "genome_hash", "fitness", "time_term"]
+    inds = {k: RunReader(tmp_path / k).individuals()[cols].sort_values(cols[:2]).reset_index(drop=True)
+            for k in ("whole", "split")}
+    assert inds["split"].equals(inds["whole"])
+    log = (tmp_path / "split" / "worker.log").read_text()
+    assert "resuming after generation 3 (reference: median of 4 generation baselines)" in log
+    assert "reference 61.00us (median of 8 generations)" in log
 
 
 # -- elites and the champion ---------------------------------------------------------------------------
@@ -239,6 +392,45 @@ def test_a_resumed_population_is_rescored_against_its_own_generations_baseline()
     fresh = GAContext(cfg, toy_space(), record(999.0), fake.evaluate, known=stored)
     rebuilt = _rebuild(state, fresh, record(100.0))
     assert [i.fitness for i in rebuilt] == pytest.approx([i.fitness for i in pop])
+
+
+def test_a_committed_measure_is_kept_compact_with_the_same_row_and_score():
+    """GAContext.known holds a measure for every genome of the run: after its generation is committed
+    it keeps its row's fields (JSON ones as text) and what scoring reads, not the kernel's source,
+    launch, flags or the lists and dicts of the evaluation."""
+    import dataclasses
+
+    from core.evaluation.record import Evaluation
+    from core.fitness import score
+    from core.worker import _compact, _row
+
+    genome = toy_space().seed_genomes()[0]
+    ev = Evaluation(genome_hash="k1", status="ok", time_us=12.5, time_spread_us=0.4, memory_bytes=4096, extra_bytes=96,
+                    stability=0.9, determinism=1.0, steadiness=0.8, error_margin=0.9, max_abs_err=1e-6, rel_err=1e-7,
+                    source_hash="k1", compile_s=0.3, eval_s=0.2, resources={"threads": 4, "regs": 32},
+                    source="void k(void) {}" * 50, entry="k", flags=["-O3", "-march=native"],
+                    launch={"grid": [4, 1, 1], "block": [64, 1, 1]}, compile_log="warning" * 40,
+                    shape_errors=[{"shape": f"s{i}", "max_abs_err": 1e-6 * i, "rel_err": 1e-7, "margin_used": 0.1}
+                                  for i in range(6)],
+                    phases={"compile": 0.3, "verification": 0.05, "timing": 0.1}, device="c:0", device_time_us=12.5)
+    full = {**dataclasses.asdict(ev), "time_samples_us": [12.0, 12.5, 13.0]}
+    small = _compact(full)
+    assert not {"source", "compile_log", "launch", "flags", "entry"} & set(small)
+    ind = lambda m: Individual(genome, "elite", ("p",), measure=m, reused=True, fitness=1.5, terms={"time": 2.0})
+    assert _row(3, ind(small)) == _row(3, ind(full))
+    weights = {"time": 0.6, "memory": 0.3, "stability": 0.1}
+    assert score(small, record(25.0), weights) == score(full, record(25.0), weights)
+    assert _compact(small) == small and remeasured(small, {"status": "ok", "time_us": 14.0})["time_samples_us"] == [
+        12.0, 12.5, 13.0, 14.0]
+
+    def deep(o):
+        if isinstance(o, dict):
+            return sys.getsizeof(o) + sum(deep(v) for v in o.values())
+        if isinstance(o, (list, tuple)):
+            return sys.getsizeof(o) + sum(deep(v) for v in o)
+        return sys.getsizeof(o)
+
+    assert deep(small) < 0.5 * deep({k: v for k, v in full.items() if k not in ("source", "compile_log")})
 
 
 # -- --init ------------------------------------------------------------------------------------------
