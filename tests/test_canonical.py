@@ -309,6 +309,18 @@ class _Tensor:
     def __init__(self, name: str):
         self.name = name
 
+    def new_empty(self, shape, dtype=None):  # a workspace a template's bind makes: its size is part of the launch
+        return _Tensor(f"{self.name}.new_empty{tuple(shape)}")
+
+    new_zeros = new_empty
+
+
+class _Tensors(dict):
+    """The case's stand-ins, and one for any name a repack would add (the tensor-core words)."""
+
+    def __missing__(self, name: str) -> _Tensor:
+        return _Tensor(name)
+
 
 class _Recorder:
     """Stands in for a loaded C or CUDA kernel: records what ``Template.bind`` would launch."""
@@ -341,7 +353,7 @@ def effective_launch(tpl, problem: dict, kernel: KernelSource) -> str:
     if backend_class(kernel.backend).language not in ("c", "cuda"):
         return ""
     wl = workload(tpl.workload.name)
-    tensors = {t.name: _Tensor(t.name) for t in wl.tensors(problem)}
+    tensors = _Tensors({t.name: _Tensor(t.name) for t in wl.tensors(problem)})
     out = []
     for shape in wl.shapes(problem):
         rec = _Recorder(kernel)

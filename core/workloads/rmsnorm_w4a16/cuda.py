@@ -17,7 +17,6 @@ from typing import Any, Callable
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome
 from core.workloads.w4a16 import cuda as w4a16_cuda
-from core.workloads.w4a16 import cuda_mma
 from core.workloads.w4a16.cuda import CudaW4A16Template, render_source
 
 NORM = ChoiceGene("norm", ("load", "store", "stream"),
@@ -34,7 +33,7 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
         seeds = tuple({**s, "instruction_sequence": {**s["instruction_sequence"], "norm": norm}}
                       for s, norm in zip(w4a16_cuda.seeds(dtype), ("store", "load", "store", "load", "store")))
         return GeneSpace(groups, (w4a16_cuda.fits, _fits_shared, _fits_stream), seeds + (STREAM_SEED,),
-                         canonicalisers=(cuda_mma.canonical,))
+                         canonicalisers=w4a16_cuda.CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
         base = super().render(genome)

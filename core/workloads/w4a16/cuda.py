@@ -33,7 +33,7 @@ from typing import Any, Callable
 from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
+from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 from core.workloads.w4a16 import cuda_mma
 
@@ -49,7 +49,7 @@ class CudaW4A16Template(Template):
 
     def gene_space(self) -> GeneSpace:
         return GeneSpace(gene_groups(self.problem["dtype"]), (fits,), seeds(self.problem["dtype"]),
-                         canonicalisers=(cuda_mma.canonical,))
+                         canonicalisers=CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
         if genome["instruction_sequence"]["math"] == "mma":
@@ -105,8 +105,7 @@ def workspace(lp: dict, t: dict, shape: dict) -> tuple:
         return t["y"], t["y"]
     import torch
 
-    return (torch.empty(floats, dtype=torch.float32, device=t["y"].device),
-            torch.zeros(ints, dtype=torch.int32, device=t["y"].device))
+    return t["y"].new_empty((floats,), dtype=torch.float32), t["y"].new_zeros((ints,), dtype=torch.int32)
 
 
 def keeping(launch: Callable[[], None], tensors: tuple) -> Callable[[], None]:
@@ -201,6 +200,18 @@ MMA_SEEDS = ({"parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block":
               "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": ""},
               "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
               "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "half2", "math": "mma"}})
+
+
+def half2_pairs(g: Genome) -> Genome:
+    """``half2`` takes a word's values in pairs (b, b + 4), in the order each pair first appears
+    among the nibbles: orders with the same pair order are the same kernel."""
+    if g["instruction_sequence"]["math"] != "fma" or g["instruction_sequence"]["dequant"] != "half2":
+        return g
+    pairs = list(dict.fromkeys(int(tok[1]) % 4 for tok in g["instruction_sequence"]["nibbles"]))
+    return with_gene(g, "instruction_sequence", "nibbles", tuple(f"N{p}" for p in pairs) + tuple(f"N{p + 4}" for p in pairs))
+
+
+CANONICALISERS = (cuda_mma.canonical, half2_pairs)
 
 
 def seeds(dtype: str) -> tuple:
