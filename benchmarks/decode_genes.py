@@ -55,16 +55,23 @@ def _text(v) -> str:
 
 
 def run_identity(csv: Path) -> dict:
-    """Workload, backend and timed shape of a saved run, from its file name and its ``.run.log``."""
+    """Workload, backend and timed shape of a saved run, from its file name and its ``.run.log``
+    (or, without the log, the spec ``runs.json`` beside it records)."""
     run_id = csv.name[: -len(SUFFIX)]
     workload, backend, _ = run_id.rsplit("-", 2)
     problem: dict = {}
     log = csv.with_name(run_id + ".run.log")
+    runs = csv.with_name("runs.json")
     if log.exists():
         first = log.read_text().splitlines()[0]
         m = re.search(r"--problem (\{.*?\})(?= --|$)", first)
         if m:
             problem = json.loads(m.group(1))
+    elif runs.exists():  # the spec gpu_runs.py ran: workload:backend:population:generations[:problem JSON]
+        for entry in json.loads(runs.read_text()):
+            parts = str(entry.get("spec", "")).split(":", 4)
+            if entry.get("run_id") == run_id and len(parts) == 5:
+                problem = json.loads(parts[4])
     info = {"run_id": run_id, "workload": workload, "backend": backend, "problem": problem, "shape": None}
     try:
         from core.workloads import get_workload
