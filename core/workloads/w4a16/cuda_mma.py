@@ -12,17 +12,18 @@ lane ``l = 4 g + t`` and column ``32 nb + 8 j + g``, the 8 values at ``k = 32 ks
 takes them as its k = 2 t + 8 h + i. A dot product does not care in which order its k come, so K
 is permuted inside each step of 32, the same way for x: a lane's x fragments of a step are then the
 8 adjacent values at ``32 ks + 8 t`` of its two rows, one 16-byte load each (not eight 4-byte
-ones). So
-``(word >> 4 p) & 0x000F000F`` is a pair of values, low and high half, as the fragment wants
-them, and lop3 with the 16-bit type's magic exponent makes them ``magic + q`` in one instruction
+ones). ``(word >> 4 p) & 0x000F000F`` is a pair of values, low and high half, as the fragment
+wants them, and lop3 with the 16-bit type's magic exponent makes them ``magic + q`` in one instruction
 (FasterTransformer's and Marlin's trick); a subtraction of ``magic + z`` gives ``q - z`` exactly.
 A warp's loads of one step are 512 contiguous bytes, and its steps are contiguous along K.
 
 A block is ``WK x WN`` warps: ``WN`` side by side along N (they read the same x, from L1), ``WK``
 splitting K by chunks of ``batch`` steps, added up through shared memory in a fixed order
-(deterministic). Genes, as this path reads them:
+(deterministic), and ``kblocks`` blocks split K the same way. Genes, as this path reads them:
 
-* parallel_config -- threads (warps = threads / 32), ksplit (warps along K, at most the warps);
+* parallel_config -- threads (warps = threads / 32), ksplit (warps along K, at most the warps),
+  kblocks (blocks along K: each writes its partial tile to a workspace, and the last of a tile to
+  finish, by a counter it resets for the next launch, adds them up in block order);
 * memory_pattern -- vec (4 vec n8 tiles a warp: 32 vec columns), the cache hints of both loads;
 * register_allocation -- batch (K steps of 32 loaded before their math), pipeline (the next chunk's
   loads issued before this chunk's math), scale: ``word`` multiplies each group's float32 partial
@@ -42,8 +43,9 @@ from core.genome import Genome, with_gene
 PACKED = "qweight_mma"  # the repacked words' name in bind()'s tensors
 MAX_REGS = 168  # accumulators, words in flight and x fragments per thread
 SMEM_LIMIT = 48 * 1024
-# the 16-bit type's 0x000F000F | magic makes (magic + q) in each half; an mma per type
 TYPES = ("bfloat16", "float16")  # the activations mma.sync takes here
+# per type: the magic (lop3 with 0x000F000F makes magic + q in each half), magic's value, the mma's
+# type, the float pair conversion and the pair (1, 1)
 _TYPE = {"bfloat16": ("0x43004300u", 128, "bf16", "cvt.rn.bf16x2.f32", "0x3F803F80u"),
          "float16": ("0x64006400u", 1024, "f16", "cvt.rn.f16x2.f32", "0x3C003C00u")}
 
