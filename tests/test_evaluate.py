@@ -235,3 +235,19 @@ def test_sources_that_compile_to_the_same_code_are_measured_once(evaluator):
     for source in (kernel, twin):  # each sent again: a re-timing, measured
         [again] = evaluator.evaluate_sources([source])
         assert again.same_code_as == "" and "timing" in again.phases
+
+
+@needs_c
+def test_genomes_compiled_ahead_are_compiled_once_and_measured_when_evaluated(evaluator, monkeypatch):
+    calls = []
+    real = evaluator.backend.compile
+    monkeypatch.setattr(evaluator.backend, "compile", lambda k, d: calls.append(k.source) or real(k, d))
+    space = evaluator.template.gene_space()
+    rng = random.Random(11)
+    genomes = list({g.hash: g for g in (space.random(rng) for _ in range(6))}.values())[:3]
+    evaluator.compile_ahead(genomes)
+    assert len(evaluator._ahead) == len({evaluator.backend.cache_key(evaluator.template.render(g)) for g in genomes})
+    results = evaluator.evaluate(genomes)
+    assert [r.genome_hash for r in results] == [g.hash for g in genomes]
+    assert all(r.status in ("ok", "compile_error", "wrong_result", "resource_exceeded") for r in results)
+    assert len(calls) == len(set(calls)) and not evaluator._ahead  # each compiled once, every compile claimed

@@ -18,12 +18,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from core.backends import cache, elf
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime, source_hash
@@ -132,8 +131,7 @@ class CBackend(Backend):
     sticky_errors = False
     entry_kind = "a C function, compiled to a shared object and called through ctypes"
 
-    _key_locks: dict[str, threading.Lock] = {}
-    _locks_guard = threading.Lock()
+    _key_locks = cache.KeyLocks()  # per cache key, freed when unused
 
     @classmethod
     def availability(cls) -> str | None:
@@ -179,9 +177,8 @@ class CBackend(Backend):
         return CRuntime(self.device)
 
     @classmethod
-    def _lock_for(cls, key: str) -> threading.Lock:
-        with cls._locks_guard:
-            return cls._key_locks.setdefault(key, threading.Lock())
+    def _lock_for(cls, key: str) -> ContextManager[None]:
+        return cls._key_locks.hold(key)
 
     def _artifact(self, kernel: KernelSource, key: str, path: Path, seconds: float, log: str) -> Artifact:
         return Artifact(backend=self.name, source_hash=key, entry=kernel.entry, path=str(path),

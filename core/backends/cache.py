@@ -19,21 +19,52 @@ import os
 import re
 import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import ContextManager, Iterator
 
 log = logging.getLogger("abebot.cache")
 _LINE = re.compile(r"^([0-9a-f]{64})  (\S+)$")
 
 
-_key_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
+class KeyLocks:
+    """Mutual exclusion by key, for any number of keys: ``with locks.hold(key):``.
+
+    A key's lock exists only while a thread holds it or waits for it, so the table holds as many
+    entries as there are threads at most, not one per key ever seen (issue 10: a lock per source
+    hash, never freed, grew with every kernel of a 72-hour run)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, list] = {}  # key -> [its lock, threads holding or waiting for it]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @contextmanager
+    def hold(self, key: str) -> Iterator[None]:
+        with self._guard:
+            entry = self._locks.get(key)
+            if entry is None:
+                entry = self._locks[key] = [threading.Lock(), 0]
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._locks[key]
 
 
-def key_lock(cache_dir: Path, key: str) -> threading.Lock:
-    """One lock per cache entry in this process: a check, a discard and a rebuild of the same entry
-    never interleave between compile threads."""
-    with _locks_guard:
-        return _key_locks.setdefault(f"{cache_dir}/{key}", threading.Lock())
+_key_locks = KeyLocks()
+
+
+def key_lock(cache_dir: Path, key: str) -> ContextManager[None]:
+    """One lock per cache entry in this process (``with key_lock(dir, key):``): a check, a discard
+    and a rebuild of the same entry never interleave between compile threads."""
+    return _key_locks.hold(f"{cache_dir}/{key}")
 
 
 def sidecar_path(cache_dir: Path, key: str) -> Path:

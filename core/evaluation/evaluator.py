@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import random
 import tempfile
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
@@ -64,10 +65,14 @@ class Evaluator:
         self._rng = random.Random(config.seed)
         self._contenders: set[str] | None = None  # baselines timed between full timings
         self._scale: dict[str, float] = {}  # slot -> factor to the first slot's time (from the last baseline timing)
-        # code hash -> (its latest measurement, the sources that had it); the latest TWINS_KEPT codes
-        self._twins: OrderedDict[str, tuple[Evaluation, set]] = OrderedDict()
+        # code hash -> its latest measurement and the sources that had it (a compact _Twin, not an
+        # Evaluation); the latest TWINS_KEPT codes
+        self._twins: OrderedDict[str, _Twin] = OrderedDict()
         self._twins_lock = threading.Lock()
         self._baseline_calls = 0
+        self._compile_pool: ThreadPoolExecutor | None = None
+        self._ahead: dict[str, Future] = {}  # cache key -> its compile, started by compile_ahead()
+        self._ahead_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> dict:
@@ -131,7 +136,10 @@ class Evaluator:
         return reply
 
     def close(self) -> None:
-        """Stop the sandbox processes."""
+        """Stop the sandbox processes (and the compiles no one will wait for)."""
+        if self._compile_pool is not None:
+            self._compile_pool.shutdown(wait=False, cancel_futures=True)
+            self._compile_pool = None
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
@@ -208,9 +216,7 @@ class Evaluator:
                 return key, _record(key, k, "compile_error", first_error_line(error), compile_s=seconds, compile_log=error)
             twin = self._twin(artifact, key)
             if twin is not None:  # another source, the same machine code and launch, measured already
-                return key, twin.copy(genome_hash=key, source_hash=key, source=k.source, compile_s=seconds,
-                                      compile_log=artifact.log, same_code_as=twin.source_hash,
-                                      phases={"compile": seconds})
+                return key, twin.answer(key, k, artifact, seconds)
             ev = self._measure(key, k, artifact, seconds, seeds[key], slot)
             self._remember(artifact, key, ev)
             return key, ev
@@ -220,22 +226,23 @@ class Evaluator:
             self.progress(done, len(to_compile))
         return [results[key].copy(genome_hash=label) for label, key in zip(genome_hashes or keys, keys)]
 
-    def _twin(self, artifact: Artifact, key: str) -> Evaluation | None:
+    def _twin(self, artifact: Artifact, key: str) -> "_Twin | None":
         """The measurement of another source with ``artifact``'s code, or None. A source that has
         had that measurement before is sent again to be re-timed: it is measured, not answered."""
         with self._twins_lock:
             held = self._twins.get(artifact.code_hash) if artifact.code_hash else None
-            if held is None or key in held[1]:
+            if held is None or key in held.users:
                 return None
-            held[1].add(key)
-            return held[0]
+            held.users += (key,)
+            return held
 
     def _remember(self, artifact: Artifact, key: str, ev: Evaluation) -> None:
         if not artifact.code_hash or ev.status in ("crashed", "timeout"):  # a crash may be the machine's, not the code's
             return
         with self._twins_lock:
-            users = self._twins[artifact.code_hash][1] if artifact.code_hash in self._twins else set()
-            self._twins[artifact.code_hash] = (ev.copy(source=None, compile_log=""), users | {key})
+            held = self._twins.get(artifact.code_hash)
+            users = held.users if held else ()
+            self._twins[artifact.code_hash] = _Twin(ev, users if key in users else (*users, key))
             self._twins.move_to_end(artifact.code_hash)
             while len(self._twins) > TWINS_KEPT:
                 self._twins.popitem(last=False)
@@ -258,12 +265,34 @@ class Evaluator:
         finishes: compiles run in parallel, and the sandbox measures one while the rest compile."""
         if not kernels:
             return
-        with ThreadPoolExecutor(max_workers=min(self._workers(), len(kernels)), thread_name_prefix="compile",
-                                initializer=_lower_priority) as pool:
-            futures = {pool.submit(self._compile_one, k): key for key, k in kernels.items()}
-            for f in as_completed(futures):
-                key = futures[f]
-                yield key, (kernels[key], *f.result())
+        with self._ahead_lock:
+            futures = {(self._ahead.pop(key, None) or self._pool().submit(self._compile_one, k)): key
+                       for key, k in kernels.items()}
+        for f in as_completed(futures):
+            key = futures[f]
+            yield key, (kernels[key], *f.result())
+
+    def compile_ahead(self, genomes: list[Genome]) -> None:
+        """Start compiling ``genomes`` in the background; :meth:`evaluate` then waits for those
+        compiles instead of starting them. A generation's candidates are measured in chunks between
+        baseline timings: compiled ahead, no chunk starts with every device waiting on a compiler."""
+        self._require_started()
+        for g in genomes:
+            try:
+                kernel = self.template.render(g)
+            except Exception:  # noqa: BLE001 - evaluate() renders it again and reports why
+                continue
+            key = self.backend.cache_key(kernel)
+            with self._ahead_lock:
+                if key not in self._ahead and not self.template.resource_violation(kernel):
+                    self._ahead[key] = self._pool().submit(self._compile_one, kernel)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The compile threads, kept for the run (at lowered priority: they yield to the timing)."""
+        if self._compile_pool is None:
+            self._compile_pool = ThreadPoolExecutor(max_workers=self._workers(), thread_name_prefix="compile",
+                                                    initializer=_lower_priority)
+        return self._compile_pool
 
     def _workers(self) -> int:
         return self.config.compile_workers or os.cpu_count() or 1
@@ -303,6 +332,31 @@ class Evaluator:
         ev.shape_errors = list(reply.get("shape_errors") or [])
         ev.phases = {"compile": compile_s, **{k: float(v) for k, v in (reply.get("stages_s") or {}).items()}}
         return ev
+
+
+class _Twin:
+    """What :attr:`Evaluator._twins` keeps of a measurement, to answer a twin: the measured values
+    only, pickled into one bytes object (the shape errors too, so nothing of the sandbox's reply
+    stays referenced). A twin's source, entry, flags, launch, resources and compile log are its own
+    (its :class:`KernelSource` and :class:`Artifact`), so none of the measured source's are kept.
+    Issue 10: full copies of the Evaluation held ~2.7 kB an entry, replies included; this ~0.6 kB."""
+
+    __slots__ = ("source_hash", "measured", "users")
+    FIELDS = ("status", "cause", *MEASURES, "eval_s", "device", "device_time_us", "shape_errors")  # the rest: the twin's own
+
+    def __init__(self, ev: Evaluation, users: tuple[str, ...]):
+        self.source_hash = ev.source_hash
+        self.measured = pickle.dumps(tuple(getattr(ev, name) for name in self.FIELDS), pickle.HIGHEST_PROTOCOL)
+        self.users = users  # the source hashes that had it, measured or answered (a tuple: most have one)
+
+    def answer(self, key: str, kernel: KernelSource, artifact: Artifact, compile_s: float) -> Evaluation:
+        """The measurement as the evaluation of the twin ``kernel`` (cache key ``key``): complete, as
+        :meth:`Evaluator._measure` would make it, but measured by ``same_code_as``."""
+        return Evaluation(genome_hash=key, source_hash=key, compile_s=compile_s, source=kernel.source,
+                          entry=kernel.entry, flags=list(kernel.flags), launch=dict(kernel.launch),
+                          resources={**kernel.resources, **artifact.resources}, compile_log=artifact.log,
+                          phases={"compile": compile_s}, same_code_as=self.source_hash,
+                          **dict(zip(self.FIELDS, pickle.loads(self.measured))))
 
 
 def _lower_priority() -> None:
