@@ -73,6 +73,7 @@ class GAContext:
     known: dict[str, dict] = field(default_factory=dict)  # genome hash -> measure, over the whole run
     retime: EvaluateFn | None = None  # measures elites again (not new evaluations); None: they keep theirs
     remeasure: Callable[[], Mapping] | None = None  # times the baselines; None: ``baseline`` never changes
+    compile_ahead: Callable[[list], None] | None = None  # starts compiling genomes about to be evaluated
     log: Callable[[str], None] | None = None
     # the primary's median time (µs) of every generation's baseline in this run, in order: one entry per
     # generation measured (a resumed run reloads it from the store's generations table)
@@ -201,7 +202,8 @@ def _evaluate_and_score(pop: list[Individual], ctx: GAContext, retime: Sequence[
     again = unique(i.genome for i in retime if ctx.known.get(i.hash, {}).get("status") == "ok")
     if fresh or again or ctx.remeasure:
         measures, repeats, baseline = measure_generation(fresh, again, ctx.evaluate, ctx.retime, ctx.remeasure,
-                                                         ctx.config.baseline_checks, ctx.log)
+                                                         ctx.config.baseline_checks, ctx.log,
+                                                         ctx.compile_ahead)
         for g, m in zip(fresh, measures):
             ctx.known[g.hash] = first_measure(m)
         for g, m in zip(again, repeats):

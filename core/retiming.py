@@ -209,7 +209,8 @@ def describe(baseline: Mapping) -> str:
 # -- one generation's measurements, interleaved -------------------------------------------------------
 def measure_generation(fresh: Sequence[Any], retime: Sequence[Any], evaluate: Callable[[list], list[dict]],
                        retimer: Callable[[list], list[dict]] | None, remeasure: Callable[[], Mapping] | None,
-                       checks: int, log: Callable[[str], None] | None = None
+                       checks: int, log: Callable[[str], None] | None = None,
+                       compile_ahead: Callable[[list], None] | None = None
                        ) -> tuple[list[dict], list[dict], dict | None]:
     """Evaluate ``fresh`` genomes and re-measure ``retime`` ones between baseline timings.
 
@@ -217,7 +218,13 @@ def measure_generation(fresh: Sequence[Any], retime: Sequence[Any], evaluate: Ca
     when ``remeasure`` is None). The genomes are split into ``checks - 1`` chunks, the fresh ones in
     order and the re-timed ones dealt round-robin, with a baseline timing before each chunk and after
     the last. A baseline timing that fails is logged and skipped; RuntimeError when all fail.
+    ``compile_ahead`` (the evaluator's) starts compiling every fresh genome first, so that neither
+    the baseline timings nor a chunk's start wait on a compiler: the devices measure from the first
+    moment of each chunk. (A chunk's first compile is a fixed cost per chunk; with two devices
+    sharing the chunk it is twice the share of the chunk's time.)
     """
+    if compile_ahead is not None and fresh:
+        compile_ahead(list(fresh))
     n_chunks = max(1, checks - 1) if remeasure else 1
     retime = list(retime) if retimer else []
     size = -(-len(fresh) // n_chunks) if fresh else 0

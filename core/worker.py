@@ -122,7 +122,8 @@ class RunWorker:
             ctx = GAContext(self.config, evaluator.template.gene_space(), measured, self._counting(evaluator.evaluate),
                             known={h: _compact(m) for h, m in self.writer.evaluations().items()},
                             retime=self._retiming(evaluator.evaluate),
-                            remeasure=remeasure, log=self.log)
+                            remeasure=remeasure, log=self.log,
+                            compile_ahead=getattr(evaluator, "compile_ahead", None))
             return self._generations(ctx, read_control)
         except Interrupted:
             self._set_status("stopped", "interrupted by a signal; resume to continue")

@@ -109,6 +109,18 @@ def test_the_baseline_is_timed_before_between_and_after_the_candidates():
     assert machine.calls == ["baseline", "baseline"]  # nothing new: the baseline is still timed
 
 
+def test_every_fresh_genome_starts_compiling_before_the_first_baseline_timing():
+    machine = Machine()
+    ctx = ctx_for(machine, population=8)
+    ahead: list = []
+    ctx.compile_ahead = lambda genomes: (ahead.append(len(genomes)), machine.calls.append(f"compile ahead {len(genomes)}"))
+    pop = initial_population(ctx, random.Random(5))
+    assert machine.calls[:2] == ["compile ahead 8", "baseline"] and ahead == [8]
+    machine.calls.clear()
+    step(pop, ctx, random.Random(6))
+    assert machine.calls[0] == "compile ahead 6"  # the children, not the re-timed elites
+
+
 def test_the_primary_is_rechosen_as_the_fastest_verified_baseline_by_median():
     slow_then_fast = [record(100.0, others={"blas": {"time_us": t, "spread_us": 0.0, "memory_bytes": 500,
                                                      "verified": True}}) for t in (90.0, 120.0, 95.0)]
