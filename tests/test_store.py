@@ -538,3 +538,21 @@ def test_scale_5000_generations(store_impl, writer):
           f"champion {t_champ * 1000:.0f} ms; live files {len(os.listdir(writer.path / 'live' / 'individuals'))}")
     assert len(gens) == n_gens and len(last) == pop and len(hist) == n_gens * pop and champ is not None
     assert t_gens + t_one + t_champ < 2.0
+
+
+def test_the_writer_caps_duckdb_memory_and_names_a_bad_limit(tmp_path, monkeypatch):
+    from store import RunWriter, new_run_id
+    from store.schema import StoreError
+    from store.writer import MEMORY_LIMIT_ENV
+
+    w = RunWriter.create(tmp_path, new_run_id("rmsnorm", "c"), {"workload": "rmsnorm", "backend": "c"})
+    try:
+        limit = w._db.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        assert limit.endswith("MiB") and float(limit.split()[0]) < 300  # 256MB, not 80% of the machine's RAM
+    finally:
+        w.close()
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "lots")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(StoreError, match="ABEBOT_DUCKDB_MEMORY"):
+        RunWriter.create(tmp_path, new_run_id("rmsnorm", "c"), {"workload": "rmsnorm", "backend": "c"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no half-made run folder
