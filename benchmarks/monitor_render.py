@@ -11,10 +11,14 @@ one live/ Parquet mirror per generation, as the worker does) through
 3. the Individuals page's data path (every individual into one DuckDB table, a filtered sorted
    query, the gene importance forest) and the whole page through AppTest;
 4. with ``--browser``, the time Chromium needs from navigation until all five Monitor charts are
-   drawn, and until the Individuals table and its two charts are drawn.
+   drawn, and until the Individuals table and its two charts are drawn;
+5. with ``--compare-parallel``, each way of drawing the parallel coordinates that was weighed (Plotly
+   ``parcoords`` in WebGL with 500 and 200 lines, Vega-Lite, Plotly SVG scatter lines) on a page of
+   its own beside the importance chart, in Chromium.
 
     python benchmarks/monitor_render.py [--runs-dir DIR] [--generations 5000] [--population 64]
-                                        [--browser] [--write benchmarks/MONITOR_RESULTS.md]
+                                        [--browser] [--compare-parallel] [--only individuals]
+                                        [--write benchmarks/MONITOR_RESULTS.md | --append ...]
 
 ``--runs-dir`` keeps the built run, so later measurements skip the build.
 """
@@ -192,11 +196,14 @@ def apptest(runs: Path, run_id: str) -> list[tuple[str, float]]:
 
 
 CHARTS_DRAWN = """() => {
+  // The importance bars, and the parallel coordinates' SVG lines and value labels.
   const bars = document.querySelectorAll('.js-plotly-plot .barlayer .point').length;
-  const axes = document.querySelectorAll('.js-plotly-plot .parcoords .y-axis').length;
-  const gl = document.querySelectorAll('.js-plotly-plot .gl-container canvas').length;
+  const par = [...document.querySelectorAll('.js-plotly-plot')].find(
+    p => (p.querySelector('.gtitle') || {}).textContent?.startsWith('Genes against fitness'));
+  const lines = par ? par.querySelectorAll('.scatterlayer .js-line').length : 0;
+  const labels = par ? par.querySelectorAll('.scatterlayer .textpoint').length : 0;
   const busy = document.querySelector('[data-testid="stStatusWidget"]');
-  return bars > 0 && axes > 1 && gl > 0 && !busy;
+  return bars > 0 && lines > 1 && labels > 0 && !busy;
 }"""
 
 
@@ -242,7 +249,7 @@ def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
                                        timeout=300_000)
                 out.append((f"Chromium: Individuals until the table is drawn ({visit})", time.perf_counter() - t0))
                 # Each chart on its own (one Plotly chart has two .main-svg layers): the importance
-                # bars, then the parallel coordinates' axes and their WebGL line layers.
+                # bars, then the parallel coordinates' SVG lines and axis labels.
                 page.wait_for_function(CHARTS_DRAWN, timeout=300_000)
                 out.append((f"Chromium: Individuals until importance + parallel coordinates drawn ({visit})",
                             time.perf_counter() - t0))
@@ -260,6 +267,155 @@ def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
     return out
 
 
+# -- --compare-parallel: the parallel-coordinates renderers weighed, each alone on a page ---------------
+PARALLEL_VARIANTS = {  # name: (what the row says, lines drawn, JavaScript true once the variant is drawn)
+    "none": ("importance chart alone (baseline)", 0, ""),
+    "parcoords": ("+ Plotly parcoords (WebGL), the old chart", 500,
+                  "document.querySelectorAll('.parcoords .y-axis').length > 1"
+                  " && document.querySelectorAll('.gl-container canvas').length > 0"),
+    "parcoords200": ("+ Plotly parcoords (WebGL), fewer lines", 200,
+                     "document.querySelectorAll('.parcoords .y-axis').length > 1"
+                     " && document.querySelectorAll('.gl-container canvas').length > 0"),
+    "altair": ("+ Vega-Lite (st.altair_chart: fold-style long frame, line + rule + text layers)", 500,
+               "(document.querySelectorAll('.vega-embed .mark-line path').length > 0 || (() => {"
+               " const c = document.querySelector('.vega-embed canvas'); if (!c || !c.width) return false;"
+               " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+               " for (let i = 3; i < d.length; i += 388) if (d[i]) return true; return false; })())"),
+    "svg": ("+ Plotly go.Scatter in SVG (dashboard.charts.parallel, the page's chart)", 500,
+            "document.querySelectorAll('.scatterlayer .js-line').length > 1"
+            " && document.querySelectorAll('.scatterlayer .textpoint').length > 0"),
+}
+
+PARALLEL_APP = """
+import sys
+sys.path[:0] = [{root!r}, {bench!r}]
+import pandas as pd
+import streamlit as st
+import monitor_render as M
+from dashboard import charts
+st.set_page_config(layout="wide")
+par, imp = pd.read_pickle({par!r}), pd.read_pickle({imp!r})
+v = st.query_params.get("v", "none")
+left, right = st.columns([2, 3])
+left.plotly_chart(charts.importance(imp), key="imp")
+genes = list(imp["gene"][:8])
+lines = M.PARALLEL_VARIANTS[v][1]
+if v.startswith("parcoords"):
+    right.plotly_chart(M.parcoords(par.head(lines), genes), key="par")
+elif v == "altair":
+    right.altair_chart(M.vega_parallel(par.head(lines), genes), key="par", width="stretch")
+elif v == "svg":
+    right.plotly_chart(charts.parallel(par.head(lines), genes), key="par")
+"""
+
+
+def parcoords(frame, genes):
+    """The old chart (before 2026-12-01): Plotly's WebGL ``parcoords``, kept here to measure it."""
+    import plotly.graph_objects as go
+
+    dims = []
+    for g in genes:
+        values = frame[g].astype(str)
+        levels = sorted(values.unique(), key=lambda v: (len(v), v))
+        shown = levels if len(levels) <= 12 else levels[:: -(-len(levels) // 12)]
+        dims.append(dict(label=charts._short(g), values=values.map({v: i for i, v in enumerate(levels)}),
+                         tickvals=[levels.index(v) for v in shown], ticktext=[v[:14] for v in shown]))
+    dims.append(dict(label="fitness", values=frame["fitness"].astype(float)))
+    fig = go.Figure(go.Parcoords(line=dict(color=frame["fitness"].astype(float), colorscale="Viridis",
+                                           showscale=True), dimensions=dims))
+    return charts._layout(fig, f"Genes against fitness ({len(frame):,} rows)", height=420)
+
+
+def vega_parallel(frame, genes):
+    """The Vega-Lite alternative that was measured: each axis scaled to [0, 1] in pandas (a gene's
+    values at their rank), a long frame of (row, axis, height), lines + axis rules + value labels."""
+    import altair as alt
+    import numpy as np
+    import pandas as pd
+
+    names, cols, ticks = [charts._short(g) for g in genes] + ["fitness"], {}, []
+    for name, g in zip(names, genes):
+        values = frame[g].astype(str)
+        levels = charts._levels(values)
+        height = {v: i / (len(levels) - 1) if len(levels) > 1 else 0.5 for i, v in enumerate(levels)}
+        cols[name] = values.map(height).to_numpy(float)
+        shown = levels if len(levels) <= 12 else levels[:: -(-len(levels) // 12)]
+        ticks += [(name, height[v], v[:14]) for v in shown]
+    fit = frame["fitness"].astype(float).to_numpy()
+    lo, hi = fit.min(), fit.max()
+    cols["fitness"] = (fit - lo) / ((hi - lo) or 1)
+    ticks += [("fitness", (t - lo) / ((hi - lo) or 1), f"{t:.4g}") for t in np.linspace(lo, hi, 5)]
+    wide = pd.DataFrame(cols).assign(row=np.arange(len(frame)), fit=fit)
+    long = wide.melt(id_vars=["row", "fit"], var_name="axis", value_name="y")
+    x = alt.X("axis:N", sort=names, title=None, axis=alt.Axis(orient="top", labelAngle=0))
+    lines = alt.Chart(long).mark_line(opacity=0.6, strokeWidth=1).encode(
+        x=x, y=alt.Y("y:Q", axis=None), detail="row:N", order="fit:Q",
+        color=alt.Color("fit:Q", scale=alt.Scale(scheme="viridis"), title="fitness"))
+    rules = alt.Chart(pd.DataFrame({"axis": names})).mark_rule(color="#334155").encode(x=x)
+    labels = alt.Chart(pd.DataFrame(ticks, columns=["axis", "y", "label"])).mark_text(
+        align="right", dx=-3, fontSize=10).encode(x=x, y="y:Q", text="label:N")
+    return (lines + rules + labels).properties(height=380, title=f"Genes against fitness ({len(frame):,} rows)")
+
+
+def compare_parallel(folder: Path, reps: int = 5) -> list[tuple[str, float]]:
+    """Each parallel-coordinates renderer on a page of its own next to the importance chart (as on
+    the Individuals page), the same genomes the page would draw, on a warm server: the median over
+    ``reps`` navigations until drawn. The baseline row is the importance chart alone."""
+    import socket
+    import urllib.request
+
+    from playwright.sync_api import sync_playwright
+
+    from dashboard import importance
+    from store.queries import IndividualsTable
+
+    table = IndividualsTable(folder)
+    frame = table.latest_sample(None, ["fitness", *table.genes], importance.MAX_ROWS)
+    best = table.latest_sample(None, ["fitness", *table.genes], importance.PARALLEL_TOP, fittest=True)
+    work = Path(tempfile.mkdtemp(prefix="abebot-parallel-"))
+    importance.parallel_frame(frame, table.genes, fittest=best).to_pickle(work / "par.pkl")
+    importance.gene_importance(frame, table.genes).to_pickle(work / "imp.pkl")
+    (work / "app.py").write_text(PARALLEL_APP.format(root=str(ROOT), bench=str(ROOT / "benchmarks"),
+                                                     par=str(work / "par.pkl"), imp=str(work / "imp.pkl")))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(work / "app.py"), "--server.port",
+                               str(port), "--server.headless", "true"], cwd=work, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    times: dict[str, list[float]] = {v: [] for v in PARALLEL_VARIANTS}
+    bars = "document.querySelectorAll('.barlayer .point').length > 0"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(url + "/_stcore/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path="/usr/bin/chromium", args=flags)
+            page = b.new_page(viewport={"width": 1500, "height": 1200})
+            for v, (_, _, drawn) in PARALLEL_VARIANTS.items():  # warm-up: the server's imports, each JS chunk
+                page.goto(f"{url}/?v={v}")
+                page.wait_for_function(f"() => {bars}" + (f" && {drawn}" if drawn else ""), timeout=120_000)
+            for _ in range(reps):  # interleaved, so a burst of load elsewhere hits every variant alike
+                for v, (_, _, drawn) in PARALLEL_VARIANTS.items():
+                    t0 = time.perf_counter()
+                    page.goto(f"{url}/?v={v}")
+                    page.wait_for_function(f"() => {bars}" + (f" && {drawn}" if drawn else ""), timeout=120_000,
+                                           polling=20)
+                    times[v].append(time.perf_counter() - t0)
+            b.close()
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+    return [(f"Chromium probe: {what}" + (f", {lines} lines" if lines else "") + f" (median of {reps})",
+             statistics.median(times[v])) for v, (what, lines, _) in PARALLEL_VARIANTS.items()]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs-dir", type=Path, default=None, help="keep (or reuse) the built run here")
@@ -268,6 +424,8 @@ def main() -> int:
     ap.add_argument("--browser", action="store_true", help="also time Chromium drawing the page")
     ap.add_argument("--write", type=Path, default=None, help="write the results as Markdown to this file")
     ap.add_argument("--append", type=Path, default=None, help="append the results as a dated section to this file")
+    ap.add_argument("--compare-parallel", action="store_true",
+                    help="also time each parallel-coordinates renderer (parcoords, Vega-Lite, SVG) alone in Chromium")
     ap.add_argument("--only", choices=("all", "individuals"), default="all",
                     help="individuals: only the Individuals page's rows (and its Chromium rows with --browser)")
     args = ap.parse_args()
@@ -286,7 +444,9 @@ def main() -> int:
     load_before = os.getloadavg()
     steps = (lambda: data_loading(folder), lambda: apptest(runs, run_id))[: 2 if args.only == "all" else 0] + (
         lambda: individuals_loading(folder), lambda: apptest_individuals(runs, run_id))
-    for step in steps + ((lambda: browser(runs, run_id)),) * args.browser:
+    steps += ((lambda: browser(runs, run_id)),) * args.browser
+    steps += ((lambda: compare_parallel(folder)),) * args.compare_parallel
+    for step in steps:
         got = step()
         for name, secs in got:
             print(f"{name}: {secs * 1000:.1f} ms", flush=True)

@@ -45,7 +45,7 @@ def gene_importance(frame: pd.DataFrame, genes: list[str], target: str = "fitnes
     return out.sort_values("importance", ascending=False, ignore_index=True)
 
 
-PARALLEL_ROWS = 500  # lines a parallel-coordinates plot draws (WebGL: the browser's cost grows with them)
+PARALLEL_ROWS = 500  # lines a parallel-coordinates plot draws (SVG, banded by fitness: a few paths whatever the count)
 PARALLEL_TOP = 100  # of which the fittest genomes, always drawn; the rest a seeded uniform sample
 
 

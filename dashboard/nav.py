@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 import streamlit as st
 
@@ -28,6 +29,7 @@ def _home() -> None:
 
 def setup():
     """Page config, ``st.navigation`` over :data:`PAGES` and the sidebar footer; returns the current page."""
+    _warm_imports()
     st.set_page_config(page_title="AbeBot", page_icon=":material/genetics:", layout="wide")
     pages = [st.Page(_home, title="AbeBot", url_path="home", default=True, visibility="hidden")]
     pages += [st.Page(path, title=title, icon=icon, url_path=url) for path, title, icon, url in PAGES]
@@ -57,3 +59,25 @@ def ensure_navigation() -> None:
     if getattr(PagesManager, "uses_pages_directory", False) and not under_apptest:
         PagesManager.uses_pages_directory = False
         st.rerun()
+
+
+_WARMED = threading.Event()
+
+
+def _warm_imports() -> None:
+    """Import scikit-learn's forest in the background, once per server process: its first import
+    takes about 1.1 s, which the Individuals page's importance chart would otherwise pay on its first
+    visit (benchmarks/MONITOR_RESULTS.md)."""
+    if _WARMED.is_set():
+        return
+    _WARMED.set()
+
+    def load() -> None:
+        try:
+            import sklearn.ensemble  # noqa: F401
+            import sklearn.inspection  # noqa: F401
+        except Exception:  # noqa: BLE001 - the page reports a missing library itself
+            pass
+
+    threading.Thread(target=load, name="warm-imports", daemon=True).start()
+

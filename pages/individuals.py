@@ -121,4 +121,6 @@ if st.toggle("Compute gene importance", value=True, key="ind_importance",
     left.plotly_chart(charts.importance(imp), key="chart_importance", config={"displaylogo": False})
     top = list(imp["gene"][:8]) if not imp.empty else table.genes[:8]
     right.plotly_chart(charts.parallel(par, top), key="chart_parallel", config={"displaylogo": False})
-    right.caption(I.parallel_caption(par, fitted))
+    right.caption(I.parallel_caption(par, fitted) + " Each line is one genome, coloured by fitness (in "
+                  f"{charts.PARALLEL_BANDS} bands; the fittest on top); hover a dot on the fitness axis for its "
+                  "genes. The plot follows the filter above: narrow it there to isolate genes or values.")

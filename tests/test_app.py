@@ -736,7 +736,71 @@ def test_individuals_page_shows_a_selected_kernel_and_gene_importance(populated)
     assert (shown["status"] == "ok").all() and len(shown) < 48
     assert [d.label for d in at.get("download_button")] == ["CSV", "Parquet"]
     assert any("Gene importance" in c.proto.spec for c in at.get("plotly_chart"))
-    assert any('"parcoords"' in c.proto.spec for c in at.get("plotly_chart"))
+    assert parallel_spec(at)["layout"]["title"]["text"].startswith("Genes against fitness")
+
+
+def parallel_spec(at: AppTest) -> dict:
+    """The Individuals page's parallel-coordinates figure, as the browser receives it."""
+    found = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.proto.id.endswith("-chart_parallel")]
+    assert len(found) == 1, "the parallel-coordinates chart is missing"
+    return found[0]
+
+
+def plotly_array(value) -> list:
+    """A trace's array from a Plotly spec: a list, or numpy's bytes in base64 (Plotly >= 6)."""
+    if isinstance(value, dict) and "bdata" in value:
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"]).tolist()
+    return list(value)
+
+
+def parallel_lines(spec: dict) -> tuple[list[str], list[float], list[list[str]]]:
+    """The axes (gene short names, then fitness), and per line (genome) its fitness and gene values."""
+    axes = spec["layout"]["xaxis"]["ticktext"]
+    dots = next(t for t in spec["data"] if t.get("name") == "genomes")
+    return axes, plotly_array(dots["marker"]["color"]), [list(r) for r in dots["customdata"]]
+
+
+def test_individuals_parallel_coordinates_follow_the_table_filter(populated):
+    """The plot of genes against fitness draws one line per distinct genome that the table's filter
+    keeps (all of them here: fewer than 500), in SVG, and a new filter redraws it with only those."""
+    from store.queries import IndividualsTable
+
+    runs, run_id = populated
+    table = IndividualsTable(runs / run_id)
+
+    def expected(filters: dict) -> list[float]:
+        rows = table.latest_sample(filters, ["fitness"], 3000).dropna(subset=["fitness"])
+        return sorted(rows["fitness"].round(9))
+
+    at = app("individuals")
+    spec = parallel_spec(at)
+    assert {t["type"] for t in spec["data"]} == {"scatter"}  # SVG: no WebGL parcoords/scattergl
+    axes, fitness, genes = parallel_lines(spec)
+    assert axes[-1] == "fitness" and "tile_m" in axes and len(axes) == min(8, len(table.genes)) + 1
+    assert sorted(round(f, 9) for f in fitness) == expected({}) and len(fitness) > 20
+    # Categorical genes are labelled by value on their axis.
+    labels = next(t for t in spec["data"] if t.get("name") == "values")["text"]
+    tile = table.distinct("gene.parallel_config.tile_m")[0]
+    assert str(tile) in labels
+    # Filter the table on one value of one gene: the plot keeps only the genomes that have it.
+    at.multiselect(key="ind_gene_pick").set_value(["gene.parallel_config.tile_m"]).run()
+    at.multiselect(key="ind_gene_gene.parallel_config.tile_m").set_value([tile]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    axes, fitness, genes = parallel_lines(parallel_spec(at))
+    want = expected({"in": {"gene.parallel_config.tile_m": [tile]}})
+    assert sorted(round(f, 9) for f in fitness) == want and 0 < len(want) < len(expected({}))
+    # The plot's axes are the most important genes of the filtered rows: tile_m no longer varies
+    # there, so it is either gone or holds only the chosen value.
+    assert "tile_m" not in axes or {row[axes.index("tile_m")] for row in genes} == {str(tile)}
+    assert parallel_spec(at)["layout"]["title"]["text"] == f"Genes against fitness ({len(want):,} rows)"
+    # And a status filter on top of it.
+    at.multiselect(key="ind_status").set_value(["ok"]).run()
+    _, fitness, _ = parallel_lines(parallel_spec(at))
+    assert sorted(round(f, 9) for f in fitness) == expected({"status": ["ok"], "in": {"gene.parallel_config.tile_m": [tile]}})
 
 
 @pytest.fixture(scope="module")
@@ -831,6 +895,36 @@ def test_parallel_coordinates_keep_the_fittest_and_sample_the_rest():
     assert "the 100 fittest" in parallel_caption(out, n) and "400 others" in parallel_caption(out, n)
     small = parallel_frame(frame.head(50), ["gene.a"], fittest=frame.head(50).nlargest(10, "fitness"))
     assert len(small) == 50 and small.attrs["top"] == 0 and "Every one of the 50" in parallel_caption(small, 50)
+
+
+def test_parallel_coordinates_chart_is_svg_coloured_by_fitness_with_value_labels():
+    import numpy as np
+    import pandas as pd
+
+    from dashboard import charts
+
+    rng = np.random.default_rng(2)
+    n = 500
+    frame = pd.DataFrame({"gene.g.tile": rng.choice(["8", "16", "32", "128"], n),
+                          "gene.g.layout": rng.choice(["row", "blocked"], n), "fitness": rng.random(n)})
+    fig = charts.parallel(frame, ["gene.g.tile", "gene.g.layout"])
+    assert {t.type for t in fig.data} == {"scatter"}  # no WebGL: drawn fast by a GPU-less browser
+    assert list(fig.layout.xaxis.ticktext) == ["tile", "layout", "fitness"]
+    labels = next(t for t in fig.data if t.name == "values")
+    tile_labels = [t for x, t in zip(labels.x, labels.text) if x == 0]
+    assert tile_labels == ["8", "16", "32", "128"]  # numbers in numeric order, each value labelled
+    assert set(t for x, t in zip(labels.x, labels.text) if x == 1) == {"row", "blocked"}
+    bands = [t for t in fig.data if (t.name or "").startswith("fitness band")]
+    assert 1 < len(bands) <= charts.PARALLEL_BANDS
+    # Every row is one line: k + 1 points and a break, in the band of its fitness.
+    assert sum(len(t.x) for t in bands) == n * 4
+    lows = [t for t in bands if t.name == "fitness band 1"][0]
+    assert lows.line.color != bands[-1].line.color
+    dots = next(t for t in fig.data if t.name == "genomes")
+    assert len(dots.x) == n and dots.marker.colorscale and np.allclose(sorted(dots.marker.color), sorted(frame["fitness"]))
+    assert charts.parallel(frame.iloc[0:0], ["gene.g.tile"]).layout.annotations[0].text == "no rows match the filter"
+    one = charts.parallel(frame.head(1), ["gene.g.tile"])  # one row: no division by a zero span
+    assert len(next(t for t in one.data if t.name == "genomes").x) == 1
 
 
 def test_gene_importance_finds_the_gene_that_decides_fitness():

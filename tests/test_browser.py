@@ -213,6 +213,13 @@ def test_launch_watch_pause_stop_diff_export(server, tmp_path):
             # The new views on the real run: the individuals table, and Runs opening Monitor in this tab.
             page.get_by_role("link", name="Individuals").click()
             page.get_by_text(re.compile(r"\d+ of \d+ individuals match")).wait_for()
+            # Its parallel coordinates of genes against fitness, drawn in SVG (no WebGL, which a
+            # GPU-less browser draws slowly): the lines, each axis' value labels, one dot per genome.
+            parallel = page.locator(".js-plotly-plot", has_text="Genes against fitness")
+            parallel.locator(".scatterlayer .js-line").first.wait_for(timeout=60_000)
+            drawn = int(re.search(r"\((\d+) rows\)", parallel.locator(".gtitle").text_content()).group(1))
+            assert parallel.locator(".scatterlayer .textpoint").count() > 0
+            assert parallel.locator(".scatterlayer .trace").last.locator(".point").count() == drawn > 0
             page.get_by_role("link", name="Runs").click()
             page.get_by_role("button", name="Open in Monitor").click()
             page.wait_for_url(re.compile(r".*/monitor\?run=" + run_id))
