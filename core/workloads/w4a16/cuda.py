@@ -35,7 +35,7 @@ from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
-from core.workloads.w4a16 import cuda_mma
+from core.workloads.w4a16 import cuda_mma, cuda_norm
 
 NIBBLES = tuple(f"N{b}" for b in range(8))
 MAX_FLOATS = 128  # words, x values, accumulators and partial sums per thread
@@ -335,84 +335,12 @@ def _mask_pos(b: int) -> int:
     return b if b < 5 else b - 3
 
 
-def _entry(norm: str | None) -> str:
-    """The kernel's name and parameters; with a fused RMSNorm applied at load, its rows' 1 / rms
-    first (applied at the store, it is computed after the weights have streamed)."""
-    if not norm:
-        return """abebot_w4a16(const T *__restrict__ x, const int *__restrict__ qw, const T *__restrict__ sc, const unsigned char *__restrict__ zp,
-             T *__restrict__ y, int M, int N, int G) {
-    const T *gm = nullptr;
-    const float *inv = nullptr;"""
-    return """abebot_rmsnorm_w4a16(const T *__restrict__ x, const T *__restrict__ gm, const int *__restrict__ qw,
-                     const T *__restrict__ sc, T *__restrict__ y, int M, int N, int G, float eps) {
-    const unsigned char *zp = nullptr;
-    __shared__ float inv[MT];""" + (_NORM_CALL if norm == "load" else "")
-
-
-_NORM_CALL = """
-    block_inv(x, M, (long long)G * 128, blockIdx.y * MT, eps, inv);"""
-
-# ``stream``: the K lanes summed x^2 of their K slices as x streamed in (x is read once either way);
-# column thread 0's lanes cover K once, so adding theirs up, as the sums are, gives each row's.
-_STREAM_INV = """
-    {
-#pragma unroll
-        for (int a = 0; a < MT; ++a)
-#pragma unroll
-            for (int off = TC; off < 32; off <<= 1) ssq[a] += __shfl_xor_sync(0xffffffffu, ssq[a], off);
-        __shared__ float ssr[NG][MT];
-        if (tc == 0 && ks % KL == 0)
-#pragma unroll
-            for (int a = 0; a < MT; ++a) ssr[ks / KL][a] = ssq[a];
-        __syncthreads();
-        if (threadIdx.x < MT) {
-            float t = 0.f;
-            for (int l = 0; l < NG; ++l) t += ssr[l][threadIdx.x];
-            inv[threadIdx.x] = rsqrtf(t / (float)(G * 128) + eps);
-        }
-        __syncthreads();
-    }"""
-
-
-# Every block recomputes its rows' 1 / sqrt(mean(x^2) + eps) from x (tiny, from L2): that is the
-# fusion -- the normalised row is never written out. Warp shuffles, then one float per warp.
-_NORM_PROLOGUE = """
-static __device__ __forceinline__ void block_inv(const T *__restrict__ x, int M, long long K, int m0, float eps, float *inv) {
-    __shared__ float ssw[THREADS / 32][MT];
-    float ss[MT] = {};
-    for (long long k = threadIdx.x * 8; k < K; k += THREADS * 8) {
-#pragma unroll
-        for (int a = 0; a < MT; ++a) {
-            if (m0 + a >= M) continue;
-            float v[8];
-            load_raw8(x + (m0 + a) * K + k, v);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) ss[a] = fmaf(v[i], v[i], ss[a]);
-        }
-    }
-#pragma unroll
-    for (int a = 0; a < MT; ++a) {
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss[a] += __shfl_xor_sync(0xffffffffu, ss[a], o);
-        if (threadIdx.x % 32 == 0) ssw[threadIdx.x / 32][a] = ss[a];
-    }
-    __syncthreads();
-    if (threadIdx.x < MT) {
-        float t = 0.f;
-        for (int w = 0; w < THREADS / 32; ++w) t += ssw[w][threadIdx.x];
-        inv[threadIdx.x] = rsqrtf(t / (float)K + eps);
-    }
-    __syncthreads();
-}
-"""
-
-
 def render_source(g: Genome, problem: dict, norm: str | None = None) -> str:
     """The kernel of genome ``g``; with ``norm`` ("load" or "store"), RMSNorm fused in front
     (:mod:`core.workloads.rmsnorm_w4a16`): gamma on x as loaded, 1 / rms there or on the sums."""
     if g["instruction_sequence"]["math"] == "mma":
-        prologue = (_raw8(g["memory_pattern"]["x_load"]) + _NORM_PROLOGUE) if norm else ""
-        return cuda_mma.render_source(g, problem, norm, prologue, _entry(norm), _NORM_CALL)
+        prologue = (_raw8(g["memory_pattern"]["x_load"]) + cuda_norm.PROLOGUE) if norm else ""
+        return cuda_mma.render_source(g, problem, norm, prologue, cuda_norm.entry(norm), cuda_norm.NORM_CALL)
     p, m = g["parallel_config"], g["memory_pattern"]
     ra, seq = g["register_allocation"], g["instruction_sequence"]
     dtype, method = problem["dtype"], seq["dequant"]
@@ -480,7 +408,7 @@ static __device__ __forceinline__ void load_x8(const T *p, float *o) {{
     load_raw8(p, o);
     {prescale}
 }}
-{_NORM_PROLOGUE if norm else ""}
+{cuda_norm.PROLOGUE if norm else ""}
 // columns [c, c + V) of rows [m0, m0 + MT): words ks, ks + KSPLIT, ... of the K / 8
 template <int V>
 static __device__ __forceinline__ void run(const T *__restrict__ x, const int *__restrict__ qw, const T *__restrict__ sc,
@@ -518,7 +446,7 @@ static __device__ __forceinline__ void run(const T *__restrict__ x, const int *_
 }}
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-{_entry(norm)}
+{cuda_norm.entry(norm)}
     const int tc = threadIdx.x % TC, ks = threadIdx.x / TC;
     const int c0 = (blockIdx.x * TC + tc) * VEC, m0 = blockIdx.y * MT;
     float acc[MT][VEC] = {{}};{chr(10) + "    float ssq[MT] = {}, junk[MT];" if stream else ""}
@@ -533,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 for (int a = 0; a < MT; ++a) acc[a][e] = one[a][0];
             }}
         }}
-    }}{_NORM_CALL if norm == "store" else _STREAM_INV if stream else ""}
+    }}{cuda_norm.NORM_CALL if norm == "store" else cuda_norm.STREAM_INV if stream else ""}
 #if KSPLIT > 1
     // K lanes of a warp add up by shuffles (a warp holds KL of them), then the NG groups through
     // shared memory in a fixed order; every thread reaches both, so no shuffle or barrier diverges
