@@ -72,6 +72,9 @@ class ClusterEvaluator(Evaluator):
                  + ", ".join(f"{s} {v['time_us']:.1f} us" for s, v in reply["slots"].items()))
         return reply
 
+    def compile_ahead(self, genomes: list) -> None:
+        """Nothing to start here: each Dask worker compiles the candidates it is handed."""
+
     def remeasure_baselines(self, every: bool = False) -> dict:
         records = self._on_every_worker(_worker_baseline, self._config_json(), self._seed(), every)
         if not records:
