@@ -32,7 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -207,8 +209,10 @@ CHARTS_DRAWN = """() => {
 }"""
 
 
-def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
-    """Chromium: navigation to all five charts drawn, on a fresh server (cold) and a reload (warm)."""
+@contextmanager
+def chromium_on(app: Path, cwd: Path, env: dict | None = None) -> Iterator[tuple[object, str]]:
+    """A Streamlit server for ``app`` on a free local port and a headless Chromium page: yields
+    (page, url); the browser is closed and the server's process group killed on the way out."""
     import socket
     import urllib.request
 
@@ -217,12 +221,10 @@ def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs))
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                               "--server.headless", "true"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+                               "--server.headless", "true"], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    out = []
     try:
         for _ in range(120):
             try:
@@ -234,36 +236,44 @@ def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path="/usr/bin/chromium", args=flags)
-            page = b.new_page(viewport={"width": 1500, "height": 1200})
-            for label in ("Chromium: Monitor until 5 charts drawn (fresh server)", "Chromium: same, reload (warm)"):
-                t0 = time.perf_counter()
-                page.goto(f"{url}/monitor?run={run_id}")
-                page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5",
-                                       timeout=120_000)
-                out.append((label, time.perf_counter() - t0))
-            for visit in ("first visit", "reload, warm"):
-                t0 = time.perf_counter()
-                page.goto(f"{url}/individuals?run={run_id}")
-                page.get_by_text("individuals match").wait_for(timeout=300_000)
-                page.wait_for_function("document.querySelector('[data-testid=\"stDataFrame\"] canvas')",
-                                       timeout=300_000)
-                out.append((f"Chromium: Individuals until the table is drawn ({visit})", time.perf_counter() - t0))
-                # Each chart on its own (one Plotly chart has two .main-svg layers): the importance
-                # bars, then the parallel coordinates' SVG lines and axis labels.
-                page.wait_for_function(CHARTS_DRAWN, timeout=300_000)
-                out.append((f"Chromium: Individuals until importance + parallel coordinates drawn ({visit})",
-                            time.perf_counter() - t0))
-            t0 = time.perf_counter()
-            box = page.get_by_label("Page", exact=True)
-            box.fill("2")
-            box.press("Enter")
-            page.get_by_text("(page 2 of").wait_for(timeout=300_000)
-            page.wait_for_function(CHARTS_DRAWN, timeout=300_000)
-            out.append(("Chromium: Individuals, next page of the table (until redrawn)", time.perf_counter() - t0))
-            b.close()
+            try:
+                yield b.new_page(viewport={"width": 1500, "height": 1200}), url
+            finally:
+                b.close()
     finally:
         os.killpg(server.pid, 9)
         server.wait()
+
+
+def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
+    """Chromium: navigation to all five charts drawn, on a fresh server (cold) and a reload (warm)."""
+    out = []
+    with chromium_on(Path("app.py"), ROOT, dict(os.environ, ABEBOT_RUNS_DIR=str(runs))) as (page, url):
+        for label in ("Chromium: Monitor until 5 charts drawn (fresh server)", "Chromium: same, reload (warm)"):
+            t0 = time.perf_counter()
+            page.goto(f"{url}/monitor?run={run_id}")
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5",
+                                   timeout=120_000)
+            out.append((label, time.perf_counter() - t0))
+        for visit in ("first visit", "reload, warm"):
+            t0 = time.perf_counter()
+            page.goto(f"{url}/individuals?run={run_id}")
+            page.get_by_text("individuals match").wait_for(timeout=300_000)
+            page.wait_for_function("document.querySelector('[data-testid=\"stDataFrame\"] canvas')",
+                                   timeout=300_000)
+            out.append((f"Chromium: Individuals until the table is drawn ({visit})", time.perf_counter() - t0))
+            # Each chart on its own (one Plotly chart has two .main-svg layers): the importance
+            # bars, then the parallel coordinates' SVG lines and axis labels.
+            page.wait_for_function(CHARTS_DRAWN, timeout=300_000)
+            out.append((f"Chromium: Individuals until importance + parallel coordinates drawn ({visit})",
+                        time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        box = page.get_by_label("Page", exact=True)
+        box.fill("2")
+        box.press("Enter")
+        page.get_by_text("(page 2 of").wait_for(timeout=300_000)
+        page.wait_for_function(CHARTS_DRAWN, timeout=300_000)
+        out.append(("Chromium: Individuals, next page of the table (until redrawn)", time.perf_counter() - t0))
     return out
 
 
@@ -361,11 +371,6 @@ def compare_parallel(folder: Path, reps: int = 5) -> list[tuple[str, float]]:
     """Each parallel-coordinates renderer on a page of its own next to the importance chart (as on
     the Individuals page), the same genomes the page would draw, on a warm server: the median over
     ``reps`` navigations until drawn. The baseline row is the importance chart alone."""
-    import socket
-    import urllib.request
-
-    from playwright.sync_api import sync_playwright
-
     from dashboard import importance
     from store.queries import IndividualsTable
 
@@ -377,41 +382,19 @@ def compare_parallel(folder: Path, reps: int = 5) -> list[tuple[str, float]]:
     importance.gene_importance(frame, table.genes).to_pickle(work / "imp.pkl")
     (work / "app.py").write_text(PARALLEL_APP.format(root=str(ROOT), bench=str(ROOT / "benchmarks"),
                                                      par=str(work / "par.pkl"), imp=str(work / "imp.pkl")))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(work / "app.py"), "--server.port",
-                               str(port), "--server.headless", "true"], cwd=work, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
     times: dict[str, list[float]] = {v: [] for v in PARALLEL_VARIANTS}
     bars = "document.querySelectorAll('.barlayer .point').length > 0"
-    try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(url + "/_stcore/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path="/usr/bin/chromium", args=flags)
-            page = b.new_page(viewport={"width": 1500, "height": 1200})
-            for v, (_, _, drawn) in PARALLEL_VARIANTS.items():  # warm-up: the server's imports, each JS chunk
+    with chromium_on(work / "app.py", work) as (page, url):
+        for v, (_, _, drawn) in PARALLEL_VARIANTS.items():  # warm-up: the server's imports, each JS chunk
+            page.goto(f"{url}/?v={v}")
+            page.wait_for_function(f"() => {bars}" + (f" && {drawn}" if drawn else ""), timeout=120_000)
+        for _ in range(reps):  # interleaved, so a burst of load elsewhere hits every variant alike
+            for v, (_, _, drawn) in PARALLEL_VARIANTS.items():
+                t0 = time.perf_counter()
                 page.goto(f"{url}/?v={v}")
-                page.wait_for_function(f"() => {bars}" + (f" && {drawn}" if drawn else ""), timeout=120_000)
-            for _ in range(reps):  # interleaved, so a burst of load elsewhere hits every variant alike
-                for v, (_, _, drawn) in PARALLEL_VARIANTS.items():
-                    t0 = time.perf_counter()
-                    page.goto(f"{url}/?v={v}")
-                    page.wait_for_function(f"() => {bars}" + (f" && {drawn}" if drawn else ""), timeout=120_000,
-                                           polling=20)
-                    times[v].append(time.perf_counter() - t0)
-            b.close()
-    finally:
-        os.killpg(server.pid, 9)
-        server.wait()
+                page.wait_for_function(f"() => {bars}" + (f" && {drawn}" if drawn else ""), timeout=120_000,
+                                       polling=20)
+                times[v].append(time.perf_counter() - t0)
     return [(f"Chromium probe: {what}" + (f", {lines} lines" if lines else "") + f" (median of {reps})",
              statistics.median(times[v])) for v, (what, lines, _) in PARALLEL_VARIANTS.items()]
 
