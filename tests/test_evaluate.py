@@ -251,3 +251,4 @@ def test_genomes_compiled_ahead_are_compiled_once_and_measured_when_evaluated(ev
     assert [r.genome_hash for r in results] == [g.hash for g in genomes]
     assert all(r.status in ("ok", "compile_error", "wrong_result", "resource_exceeded") for r in results)
     assert len(calls) == len(set(calls)) and not evaluator._ahead  # each compiled once, every compile claimed
+    assert not evaluator._rendered  # and every kernel rendered ahead was used, not rendered again

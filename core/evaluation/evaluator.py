@@ -72,6 +72,7 @@ class Evaluator:
         self._baseline_calls = 0
         self._compile_pool: ThreadPoolExecutor | None = None
         self._ahead: dict[str, Future] = {}  # cache key -> its compile, started by compile_ahead()
+        self._rendered: dict[str, KernelSource] = {}  # genome hash -> its kernel, rendered by compile_ahead()
         self._ahead_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -179,7 +180,7 @@ class Evaluator:
         rendered: list[tuple[str, KernelSource]] = []
         for h, g in unique.items():
             try:
-                rendered.append((h, self.template.render(g)))
+                rendered.append((h, self._rendered.pop(h, None) or self.template.render(g)))
             except Exception as exc:  # a template bug or an unrenderable genome kills only this one
                 done[h] = Evaluation(h, "compile_error", cause=one_line(f"render failed: {type(exc).__name__}: {exc}"))
         evaluations = self.evaluate_sources([k for _, k in rendered], [h for h, _ in rendered])
@@ -284,6 +285,7 @@ class Evaluator:
                 continue
             key = self.backend.cache_key(kernel)
             with self._ahead_lock:
+                self._rendered[g.hash] = kernel
                 if key not in self._ahead and not self.template.resource_violation(kernel):
                     self._ahead[key] = self._pool().submit(self._compile_one, kernel)
 
