@@ -21,12 +21,12 @@ sys.path.insert(0, str(ROOT))
 
 from core.evaluation.protocol import Protocol  # noqa: E402
 from core.genome import Genome  # noqa: E402
-from core.workloads.w4a16 import cuda  # noqa: E402
+from core.workloads.w4a16 import cuda, cuda_genes  # noqa: E402
 
 
 def variants(norm: str | None) -> list[Genome]:
     out = []
-    for seed in cuda.MMA_SEEDS:
+    for seed in cuda_genes.MMA_SEEDS:
         for kb in (1, 4):
             for first in ("x", "words"):
                 for pipeline in ("next", "off"):

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome
 from core.workloads.w4a16 import cuda as w4a16_cuda
+from core.workloads.w4a16 import cuda_genes as w4a16_genes
 from core.workloads.w4a16.cuda import CudaW4A16Template, render_source
 
 NORM = ChoiceGene("norm", ("load", "store", "stream"),
@@ -28,12 +29,12 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
 
     def gene_space(self) -> GeneSpace:
         dtype = self.problem["dtype"]
-        groups = w4a16_cuda.gene_groups(dtype)
+        groups = w4a16_genes.gene_groups(dtype)
         groups["instruction_sequence"] = (*groups["instruction_sequence"], NORM)
         seeds = tuple({**s, "instruction_sequence": {**s["instruction_sequence"], "norm": norm}}
-                      for s, norm in zip(w4a16_cuda.seeds(dtype), ("store", "load", "store", "load", "store")))
-        return GeneSpace(groups, (w4a16_cuda.fits, _fits_shared, _fits_stream), seeds + (STREAM_SEED,),
-                         canonicalisers=w4a16_cuda.CANONICALISERS)
+                      for s, norm in zip(w4a16_genes.seeds(dtype), ("store", "load", "store", "load", "store")))
+        return GeneSpace(groups, (w4a16_genes.fits, _fits_shared, _fits_stream), seeds + (STREAM_SEED,),
+                         canonicalisers=w4a16_genes.CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
         base = super().render(genome)
@@ -53,7 +54,7 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
 TEMPLATE = CudaRmsNormW4A16Template
 
 # The GEMV seed that streams fastest at M = 1 (16-byte words, 64 K lanes), with the norm gathered in the stream
-STREAM_SEED = {**w4a16_cuda.SEEDS[2], "instruction_sequence": {**w4a16_cuda.SEEDS[2]["instruction_sequence"], "norm": "stream"}}
+STREAM_SEED = {**w4a16_genes.SEEDS[2], "instruction_sequence": {**w4a16_genes.SEEDS[2]["instruction_sequence"], "norm": "stream"}}
 
 
 def _shared_bytes(g: Genome) -> int:
@@ -61,7 +62,7 @@ def _shared_bytes(g: Genome) -> int:
     row (16 rows on the tensor-core path)."""
     p = g["parallel_config"]
     rows = 16 if g["instruction_sequence"]["math"] == "mma" else p["rows_per_block"]
-    return w4a16_cuda.shared_bytes(g) + 4 * (p["threads"] // 32 + 1) * rows
+    return w4a16_genes.shared_bytes(g) + 4 * (p["threads"] // 32 + 1) * rows
 
 
 def _fits_stream(g: Genome) -> str | None:
@@ -75,6 +76,6 @@ def _fits_stream(g: Genome) -> str | None:
 
 
 def _fits_shared(g: Genome) -> str | None:
-    if _shared_bytes(g) > w4a16_cuda.SMEM_LIMIT:
-        return f"{_shared_bytes(g)} B of shared memory (> {w4a16_cuda.SMEM_LIMIT})"
+    if _shared_bytes(g) > w4a16_genes.SMEM_LIMIT:
+        return f"{_shared_bytes(g)} B of shared memory (> {w4a16_genes.SMEM_LIMIT})"
     return None

@@ -33,13 +33,11 @@ from typing import Any, Callable
 from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
+from core.genome import GeneSpace, Genome
 from core.workloads.template import Template
 from core.workloads.w4a16 import cuda_mma, cuda_norm
+from core.workloads.w4a16.cuda_genes import CANONICALISERS, thread_floats, fits, gene_groups, seeds, shared_bytes
 
-NIBBLES = tuple(f"N{b}" for b in range(8))
-MAX_FLOATS = 128  # words, x values, accumulators and partial sums per thread
-SMEM_LIMIT = 48 * 1024  # static shared memory of the K-lane reduction
 
 
 class CudaW4A16Template(Template):
@@ -62,7 +60,7 @@ class CudaW4A16Template(Template):
         col_threads = p["threads"] // p["ksplit"]
         launch = {"threads": p["threads"], "col_threads": col_threads, "vec": v, "rows_per_block": p["rows_per_block"]}
         resources = {"threads": p["threads"], "shared_bytes": shared_bytes(genome),
-                     "registers": min(255, 65536 // p["threads"], 40 + _floats(genome))}
+                     "registers": min(255, 65536 // p["threads"], 40 + thread_floats(genome))}
         return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",), launch, resources)
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
@@ -124,121 +122,6 @@ def words(lp: dict, t: dict) -> Any:
 
 
 TEMPLATE = CudaW4A16Template
-
-
-def gene_groups(dtype: str = "bfloat16") -> dict:
-    """The four gene groups (the fused RMSNorm template adds its own gene to them); the tensor-core
-    path (``math``) for 16-bit activations only."""
-    return {
-        "parallel_config": (
-            ChoiceGene("threads", (128, 256, 512, 1024), "threads per block"),
-            ChoiceGene("ksplit", (1, 2, 4, 8, 16, 32, 64, 128), "K lanes per column thread (split-K inside the block)"),
-            ChoiceGene("rows_per_block", (1, 2, 4, 8), "rows of x a block multiplies"),
-            ChoiceGene("kblocks", (1, 2, 4, 8, 16), "blocks along K (tensor-core path: partial tiles added in a "
-                                                   "fixed order by the last block)"),
-        ),
-        "memory_pattern": (
-            ChoiceGene("vec", (1, 2, 4), "columns per thread: words per access"),
-            ChoiceGene("w_load", ("", ".nc", ".cs", ".L1::no_allocate", ".nc.L1::no_allocate"), "cache hint of the word loads"),
-            ChoiceGene("x_load", ("", ".nc", ".L1::evict_last"), "cache hint of the x loads"),
-        ),
-        "register_allocation": (
-            ChoiceGene("batch", (1, 2, 4, 8), "words (of vec columns) loaded before their math"),
-            ChoiceGene("pipeline", ("off", "next"), "the next batch's words loaded before this batch's math"),
-            MapGene("regs", (("scale", ("word", "weight")), ("unroll", (1, 2))),
-                    "scale on each word's partial sum or on each weight; batch-loop unroll"),
-        ),
-        "instruction_sequence": (
-            SequenceGene("nibbles", NIBBLES, (), (), "the order of a word's 8 values"),
-            ChoiceGene("first", ("words", "x"), "a batch's words first (x at each word's math), or its x first"),
-            ChoiceGene("dequant", ("cvt", "magic", "mask", "half2"),
-                       "nibble to float: cvt, 2^23 magic number, masked in place; or two at a time in fp16x2"),
-            ChoiceGene("math", ("fma", "mma") if dtype in cuda_mma.TYPES else ("fma",),
-                       "float32 FMAs (the GEMV), or tensor-core mma.sync on repacked words"),
-        ),
-    }
-
-
-def fits(g: Genome) -> str | None:
-    """Why ``g`` cannot run (registers, shared memory, a half2 weight scale), or None."""
-    if g["instruction_sequence"]["math"] == "mma":
-        return cuda_mma.fits(g)
-    p = g["parallel_config"]
-    if p["threads"] // p["ksplit"] < 2:
-        return "fewer than 2 column threads per block"
-    if _floats(g) > MAX_FLOATS:
-        return f"{_floats(g)} floats per thread (> {MAX_FLOATS})"
-    if g["instruction_sequence"]["dequant"] == "half2" and g["register_allocation"]["regs"]["scale"] == "weight":
-        return "half2 takes the scale on the word's partial sum (a scale in fp16 would be subnormal)"
-    if shared_bytes(g) > SMEM_LIMIT:
-        return f"the K-lane reduction needs {shared_bytes(g)} B of shared memory (> {SMEM_LIMIT})"
-    return None
-
-
-# M = 1 at N = 8192: 8 column threads x 64 K lanes, 32 columns a block -> 256 blocks, and
-# 4 x 16 bytes in flight per thread (about 64 KB per SM at two blocks).
-SEEDS = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1, "kblocks": 1},
-          "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-          "register_allocation": {"batch": 4, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
-          "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "mask", "math": "fma"}},
-         {"parallel_config": {"threads": 256, "ksplit": 16, "rows_per_block": 4, "kblocks": 1},
-          "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ".nc"},
-          "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
-          "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic", "math": "fma"}},
-         {"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1, "kblocks": 1},
-          "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-          "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
-          "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "fma"}})
-# M = 16: tensor cores; 4 warps along K by 2 along N, 64 columns a block (x read by 128 blocks, not 256,
-# at N = 8192), 4 blocks along K (512 blocks); the chunk's x fragments come with its words, a chunk ahead
-MMA_SEEDS = ({"parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block": 1, "kblocks": 4},
-              "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-              "register_allocation": {"batch": 2, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
-              "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "half2", "math": "mma"}},
-             # M = 1: 8 warps along K over 32 columns, 2 blocks along K (512 blocks at N = 8192)
-             {"parallel_config": {"threads": 256, "ksplit": 8, "rows_per_block": 1, "kblocks": 2},
-              "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-              "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
-              "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "half2", "math": "mma"}})
-
-
-def half2_pairs(g: Genome) -> Genome:
-    """``half2`` takes a word's values in pairs (b, b + 4), in the order each pair first appears
-    among the nibbles: orders with the same pair order are the same kernel."""
-    if g["instruction_sequence"]["math"] != "fma" or g["instruction_sequence"]["dequant"] != "half2":
-        return g
-    pairs = list(dict.fromkeys(int(tok[1]) % 4 for tok in g["instruction_sequence"]["nibbles"]))
-    return with_gene(g, "instruction_sequence", "nibbles", tuple(f"N{p}" for p in pairs) + tuple(f"N{p + 4}" for p in pairs))
-
-
-CANONICALISERS = (cuda_mma.canonical, half2_pairs)
-
-
-def seeds(dtype: str) -> tuple:
-    """The seeds for activations of ``dtype`` (the tensor-core one for 16-bit types)."""
-    return SEEDS + (MMA_SEEDS if dtype in cuda_mma.TYPES else ())
-
-
-def shared_bytes(g: Genome) -> int:
-    """The reduction's floats: per K-lane group left after the in-warp shuffle (one per warp, or
-    per K lane when a K lane is a warp or more), per column thread, row and column."""
-    if g["instruction_sequence"]["math"] == "mma":
-        return cuda_mma.shared_bytes(g)
-    p = g["parallel_config"]
-    if p["ksplit"] == 1:
-        return 0
-    col_threads = p["threads"] // p["ksplit"]
-    groups = p["ksplit"] // max(1, 32 // col_threads)
-    return 4 * groups * col_threads * p["rows_per_block"] * g["memory_pattern"]["vec"]
-
-
-def _floats(g: Genome) -> int:
-    """Words in flight, x values (a batch's when loaded first), accumulators and partial sums."""
-    rows, v = g["parallel_config"]["rows_per_block"], g["memory_pattern"]["vec"]
-    batch = g["register_allocation"]["batch"]
-    x_words = batch if g["instruction_sequence"]["first"] == "x" else 1
-    words = batch * v * (2 if g["register_allocation"]["pipeline"] == "next" else 1)
-    return words + 8 * rows * x_words + 2 * rows * v
 
 
 def _load(hint: str, what: str) -> str:
