@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """On the GPU: the W4A16 tensor-core path's variants, each launched again and again on several cases.
 
-For every variant (blocks along K 1 or 4, x fragments first or at each step, pipelined or not) of
-the mma seeds: render, compile, then three rounds over three cases of one shape, every launch on
+For every variant (blocks along K 1 or 4, x fragments first or at each step, pipelined in registers,
+not at all, or through a cp.async ring of 3 or 8 chunks) of the mma seeds: render, compile, then three rounds over three cases of one shape, every launch on
 freshly poisoned outputs and checked against the float64 reference. A variant whose first launch
 is right and a later one wrong leaves state behind (the split-K counters); one that crashes writes
 out of bounds.
@@ -26,14 +26,15 @@ from core.workloads.w4a16 import cuda, cuda_genes  # noqa: E402
 
 def variants(norm: str | None) -> list[Genome]:
     out = []
-    for seed in cuda_genes.MMA_SEEDS:
+    for seed in cuda_genes.MMA_SEEDS[:2]:
         for kb in (1, 4):
             for first in ("x", "words"):
-                for pipeline in ("next", "off"):
+                for pipeline in ("next", "off", "ring3", "ring8"):  # ringS: S chunks through shared memory
                     d = json.loads(json.dumps(seed))
                     d["parallel_config"]["kblocks"] = kb
                     d["instruction_sequence"]["first"] = first
-                    d["register_allocation"]["pipeline"] = pipeline
+                    d["register_allocation"]["pipeline"] = "off" if pipeline.startswith("ring") else pipeline
+                    d["memory_pattern"]["stages"] = int(pipeline[4:]) if pipeline.startswith("ring") else 0
                     if norm:
                         d["instruction_sequence"]["norm"] = norm
                     out.append(Genome.from_json(d))
@@ -51,7 +52,7 @@ def main() -> int:
         for g in variants(None) if workload == "w4a16" else variants("load") + variants("store"):
             ks = cuda.cuda_mma.shape_of(g)
             label = (f"{g['instruction_sequence'].get('norm', '')} wk{ks['wk']} wn{ks['wn']} nt{ks['nt']} kb{ks['kb']} first={g['instruction_sequence']['first']} "
-                     f"pipe={g['register_allocation']['pipeline']} B={g['register_allocation']['batch']}")
+                     f"pipe={g['register_allocation']['pipeline']} stages={g['memory_pattern']['stages']} B={g['register_allocation']['batch']}")
             try:
                 kernel = rt.load(proto.backend.compile(proto.template.render(g), Path(tmp)))
                 cases = [h.make_case(proto.main, s) for s in range(3)]

@@ -32,13 +32,18 @@ GROUPS: tuple[str, ...] = ("parallel_config", "memory_pattern", "register_alloca
 GeneValue = Union[str, int, tuple, Mapping[str, Any]]
 
 
+_REQUIRED = object()
+
+
 @dataclass(frozen=True)
 class ChoiceGene:
-    """One value out of ``options``."""
+    """One value out of ``options``. ``legacy``, for a gene added to a template later: the value a
+    genome saved before it existed is read with (the one that renders the kernel it was)."""
 
     name: str
     options: tuple
     doc: str = ""
+    legacy: Any = _REQUIRED
 
     def random(self, rng: random.Random) -> Any:
         return rng.choice(self.options)
@@ -398,9 +403,13 @@ class GeneSpace:
         raw = json.loads(text) if isinstance(text, str) else dict(text)
         genes = {}
         for group, gene in self.genes():
-            if gene.name not in raw.get(group, {}):
+            saved = raw.get(group, {})
+            if gene.name in saved:
+                genes.setdefault(group, {})[gene.name] = gene.from_json(saved[gene.name])
+            elif getattr(gene, "legacy", _REQUIRED) is not _REQUIRED:
+                genes.setdefault(group, {})[gene.name] = gene.legacy
+            else:
                 raise ValueError(f"{group}.{gene.name} missing")
-            genes.setdefault(group, {})[gene.name] = gene.from_json(raw[group][gene.name])
         g = Genome(genes)
         reason = self.validate(g)
         if reason:

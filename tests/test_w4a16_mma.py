@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core.genome import GeneSpace
-from core.workloads.w4a16 import cuda, cuda_mma
+from core.workloads.w4a16 import cuda, cuda_genes, cuda_mma
 from core.workloads.rmsnorm_w4a16 import cuda as fused_cuda
 
 
@@ -115,11 +115,15 @@ def test_the_fused_template_renders_the_norm_on_the_tensor_core_path():
 def test_registers_and_shared_memory_bound_the_tiles():
     from core.genome import Genome
 
-    seed = _space().seed_genomes()[-1]
+    seed = Genome(cuda_genes.MMA_SEEDS[1])
     assert cuda_mma.fits(seed) is None
     big = Genome.from_json({**seed.to_dict(),
-                           "memory_pattern": {"vec": 4, "w_load": "", "x_load": ""},
-                           "register_allocation": {"batch": 8, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}}})
+                           "memory_pattern": {"vec": 4, "w_load": "", "x_load": "", "layout": "gptq", "stages": 0},
+                           "register_allocation": {"batch": 8, "pipeline": "next", "regs": {"scale": "word", "unroll": 1},
+                                                   "min_blocks": 1}})
     assert "registers" in cuda_mma.fits(big)
+    # the same words through a cp.async ring: no registers for them, but 8 stages x 8 steps x 4 uint4 a lane
+    ring = big.replace("memory_pattern", "stages", 8).replace("register_allocation", "pipeline", "off")
+    assert cuda_mma.ring_bytes(ring) == 8 * 8 * (4 + 2) * 256 * 16 and "ring" in cuda_mma.fits(ring)
     wide = Genome.from_json({**seed.to_dict(), "parallel_config": {"threads": 1024, "ksplit": 32, "rows_per_block": 1, "kblocks": 1}})
     assert cuda_mma.shared_bytes(wide) == 31 * 4 * 512 and "shared memory" in cuda_mma.fits(wide)

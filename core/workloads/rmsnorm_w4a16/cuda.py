@@ -17,6 +17,7 @@ from typing import Any, Callable
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome
 from core.workloads.w4a16 import cuda as w4a16_cuda
+from core.workloads.w4a16 import cuda_mma
 from core.workloads.w4a16 import cuda_genes as w4a16_genes
 from core.workloads.w4a16.cuda import CudaW4A16Template, render_source
 
@@ -32,23 +33,26 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
         groups = w4a16_genes.gene_groups(dtype)
         groups["instruction_sequence"] = (*groups["instruction_sequence"], NORM)
         seeds = tuple({**s, "instruction_sequence": {**s["instruction_sequence"], "norm": norm}}
-                      for s, norm in zip(w4a16_genes.seeds(dtype), ("store", "load", "store", "load", "store")))
+                      for s, norm in zip(w4a16_genes.seeds(dtype), ("store", "load", "store", "stream", "load", "store", "load")))
         return GeneSpace(groups, (w4a16_genes.fits, _fits_shared, _fits_stream), seeds + (STREAM_SEED,),
                          canonicalisers=w4a16_genes.CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
-        base = super().render(genome)
-        resources = {**base.resources, "shared_bytes": _shared_bytes(genome)}
-        source = render_source(genome, self.problem, norm=genome["instruction_sequence"]["norm"])
-        return KernelSource("cuda", source, "abebot_rmsnorm_w4a16", base.flags, base.launch, resources)
+        base, norm = super().render(genome), genome["instruction_sequence"]["norm"]
+        ring = cuda_mma.ring_bytes(genome, norm)  # (x stays out of the ring: gamma and 1 / rms go on it)
+        resources = {**base.resources, "shared_bytes": _shared_bytes(genome) + ring}
+        launch = {**base.launch, "dynamic_shared_bytes": ring} if "dynamic_shared_bytes" in base.launch else base.launch
+        source = render_source(genome, self.problem, norm=norm)
+        return KernelSource("cuda", source, "abebot_rmsnorm_w4a16", base.flags, launch, resources)
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         lp = kernel.launch_params
         m, n = shape["m"], shape["n"]
         ws = w4a16_cuda.workspace(lp, t, shape)
         return w4a16_cuda.keeping(kernel.bind(w4a16_cuda.grid(lp, m, n), (lp["threads"], 1, 1),
-                                              (t["x"], t["gamma"], w4a16_cuda.words(lp, t), t["scales"], t["y"], m, n,
-                                               shape["k_groups"], float(self.problem["eps"]), *ws)), ws)
+                                              (t["x"], t["gamma"], w4a16_cuda.words(lp, t), w4a16_cuda.scales(lp, t), t["y"], m, n,
+                                               shape["k_groups"], float(self.problem["eps"]), *ws),
+                                              lp.get("dynamic_shared_bytes", 0)), ws)
 
 
 TEMPLATE = CudaRmsNormW4A16Template

@@ -12,10 +12,14 @@ a block. Columns when N is not a multiple of ``vec`` (or a misaligned tensor) ru
 
 * parallel_config -- threads per block, K lanes per column (split-K inside the block), rows per block;
 * memory_pattern -- columns per thread (words per access), cache hints of the word loads (each
-  word is read once: streaming, no L1 allocation, non-coherent) and of the x loads;
+  word is read once: streaming, no L1 allocation, non-coherent) and of the x loads; the layout:
+  GPTQ's rows of N, or ``strips`` (:func:`strips`, made once by the repack and counted as memory):
+  the words and scales of each block's columns contiguous along K, so that a block streams one
+  region instead of a narrow column of every row;
 * register_allocation -- words in flight per thread, whether the next batch's loads are issued
   before this batch's math (double buffering), the scale on each word's partial sum or on each
-  weight, ``#pragma unroll`` of the batch loop;
+  weight, ``#pragma unroll`` of the batch loop, and the blocks per SM ``__launch_bounds__`` must
+  leave registers for (``min_blocks``);
 * instruction_sequence -- the order of a word's 8 values, whether a batch's x values are loaded
   before its words or at each word's math, and the dequantisation: ``cvt`` of the shifted
   nibble; the magic number (``0x4B000000 | q`` read as a float is 2^23 + q); or ``mask``: the
@@ -36,7 +40,8 @@ from core.backends.cuda import SCALAR_TYPES
 from core.genome import GeneSpace, Genome
 from core.workloads.template import Template
 from core.workloads.w4a16 import cuda_mma, cuda_norm
-from core.workloads.w4a16.cuda_genes import CANONICALISERS, thread_floats, fits, gene_groups, seeds, shared_bytes
+from core.workloads.w4a16.cuda_genes import (CANONICALISERS, fits, gene_groups, launch_bounds, register_cap, seeds,
+                                             shared_bytes, thread_floats)
 
 
 
@@ -51,16 +56,17 @@ class CudaW4A16Template(Template):
 
     def render(self, genome: Genome) -> KernelSource:
         if genome["instruction_sequence"]["math"] == "mma":
-            resources = {"threads": genome["parallel_config"]["threads"], "shared_bytes": shared_bytes(genome),
-                         "registers": min(255, 65536 // genome["parallel_config"]["threads"],
-                                           40 + cuda_mma.registers(genome))}
+            resources = {"threads": genome["parallel_config"]["threads"],
+                         "shared_bytes": shared_bytes(genome) + cuda_mma.ring_bytes(genome),
+                         "registers": min(register_cap(genome), 40 + cuda_mma.registers(genome))}
             return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",),
                                 cuda_mma.launch(genome), resources)
         p, v = genome["parallel_config"], genome["memory_pattern"]["vec"]
         col_threads = p["threads"] // p["ksplit"]
-        launch = {"threads": p["threads"], "col_threads": col_threads, "vec": v, "rows_per_block": p["rows_per_block"]}
+        launch = {"threads": p["threads"], "col_threads": col_threads, "vec": v, "rows_per_block": p["rows_per_block"],
+                  "layout": genome["memory_pattern"]["layout"], "cols": col_threads * v}
         resources = {"threads": p["threads"], "shared_bytes": shared_bytes(genome),
-                     "registers": min(255, 65536 // p["threads"], 40 + thread_floats(genome))}
+                     "registers": min(register_cap(genome), 40 + thread_floats(genome))}
         return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",), launch, resources)
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
@@ -69,7 +75,8 @@ class CudaW4A16Template(Template):
         zeros = t["zeros"] if self.problem["zero_points"] else t["qweight"]  # (not read without zero points)
         ws = workspace(lp, t, shape)
         return keeping(kernel.bind(grid(lp, m, n), (lp["threads"], 1, 1),
-                                   (t["x"], words(lp, t), t["scales"], zeros, t["y"], m, n, shape["k_groups"], *ws)), ws)
+                                   (t["x"], words(lp, t), scales(lp, t), zeros, t["y"], m, n, shape["k_groups"], *ws),
+                                   lp.get("dynamic_shared_bytes", 0)), ws)
 
     def extra_bytes(self, kernel: Any, artifact: Any, shape: dict) -> int:
         """The tensor-core path's partial tiles and counters when it splits K over blocks."""
@@ -79,11 +86,16 @@ class CudaW4A16Template(Template):
         return 4 * (floats + ints)
 
     def repack(self, kernel: Any, arrays: Any, weights: dict, shape: dict) -> dict:
-        """The tensor-core path's words (:func:`cuda_mma.repack`); nothing for the GEMV path."""
+        """The tensor-core path's words (:func:`cuda_mma.repack`); the GEMV path's words and scales
+        in strips (:func:`strips`) when its layout gene says so; else nothing."""
         lp = kernel.launch_params
-        if lp.get("math") != "mma":
-            return {}
-        return {cuda_mma.PACKED: cuda_mma.repack(weights["qweight"], int(lp["cols"]))}
+        if lp.get("math") == "mma":
+            return {cuda_mma.PACKED: cuda_mma.repack(weights["qweight"], int(lp["cols"]))}
+        if lp.get("layout") == "strips":
+            qweight = weights["qweight"]
+            return {STRIPS[0]: strips(qweight.reshape(-1, qweight.shape[-1]), int(lp["cols"])),
+                    STRIPS[1]: strips(weights["scales"], int(lp["cols"]))}
+        return {}
 
 
 def grid(lp: dict, m: int, n: int) -> tuple[int, int, int]:
@@ -116,9 +128,36 @@ def keeping(launch: Callable[[], None], tensors: tuple) -> Callable[[], None]:
     return run
 
 
+STRIPS = ("qweight_strips", "scales_strips")  # the strips layout's words and scales in bind()'s tensors
+
+
 def words(lp: dict, t: dict) -> Any:
-    """The words the kernel reads: GPTQ's, or the tensor-core path's repacked ones."""
-    return t[cuda_mma.PACKED] if lp.get("math") == "mma" else t["qweight"]
+    """The words the kernel reads: GPTQ's, the tensor-core path's or the strips layout's."""
+    if lp.get("math") == "mma":
+        return t[cuda_mma.PACKED]
+    return t[STRIPS[0]] if lp.get("layout") == "strips" else t["qweight"]
+
+
+def scales(lp: dict, t: dict) -> Any:
+    """The scales the kernel reads: the workload's, or the strips layout's."""
+    return t[STRIPS[1]] if lp.get("layout") == "strips" else t["scales"]
+
+
+def strips(rows: Any, cols: int) -> Any:
+    """A (r, n) matrix as strips of ``cols`` columns, each strip's r rows contiguous, N padded with
+    zeros to a multiple of ``cols``: (n_pad / cols, r, cols), in the input's library (torch or numpy).
+    Element (i, c) lands at ((c / cols) * r + i) * cols + c % cols."""
+    r, n = rows.shape
+    npad = -(-n // cols) * cols
+    if type(rows).__module__.startswith("torch"):
+        import torch
+
+        padded = torch.nn.functional.pad(rows, (0, npad - n)) if npad != n else rows
+        return padded.reshape(r, npad // cols, cols).permute(1, 0, 2).contiguous()
+    import numpy as np
+
+    padded = np.pad(rows, ((0, 0), (0, npad - n))) if npad != n else rows
+    return np.ascontiguousarray(padded.reshape(r, npad // cols, cols).transpose(1, 0, 2))
 
 
 TEMPLATE = CudaW4A16Template
@@ -147,7 +186,7 @@ def _load_batch(name: str, start: str) -> str:
     return f"""{decl}#pragma unroll
             for (int u = 0; u < B; ++u) {{
                 const int kw = min({start} + u * KSPLIT, KW - 1);
-                load_words<V>(qw + (long long)kw * N + c, {name}[u]);
+                load_words<V>(qw + WORD(kw, c), {name}[u]);
             }}
 """
 
@@ -214,6 +253,19 @@ static __device__ __forceinline__ void load_raw8(const T *p, float *o) {
 """
 
 
+def _layout(layout: str) -> str:
+    """Where word (kw, c) and scale (grp, c) are: GPTQ's rows of N, or strips of the block's CB
+    columns, each KW words (G scales) long (:func:`strips`)."""
+    if layout == "strips":
+        return """#define CB (TC * VEC)
+#define WORD(kw, c) ((long long)((c) / CB) * KW * CB + (c) % CB + (long long)(kw) * CB)
+#define SCALE(grp, c) ((long long)((c) / CB) * G * CB + (c) % CB + (long long)(grp) * CB)
+"""
+    return """#define WORD(kw, c) ((long long)(kw) * N + (c))
+#define SCALE(grp, c) ((long long)(grp) * N + (c))
+"""
+
+
 def _mask_pos(b: int) -> int:
     return b if b < 5 else b - 3
 
@@ -223,7 +275,8 @@ def render_source(g: Genome, problem: dict, norm: str | None = None) -> str:
     (:mod:`core.workloads.rmsnorm_w4a16`): gamma on x as loaded, 1 / rms there or on the sums."""
     if g["instruction_sequence"]["math"] == "mma":
         prologue = (_raw8(g["memory_pattern"]["x_load"]) + cuda_norm.PROLOGUE) if norm else ""
-        return cuda_mma.render_source(g, problem, norm, prologue, cuda_norm.entry(norm), cuda_norm.NORM_CALL)
+        return cuda_mma.render_source(g, problem, norm, prologue, cuda_norm.entry(norm), cuda_norm.NORM_CALL,
+                                      launch_bounds(g))
     p, m = g["parallel_config"], g["memory_pattern"]
     ra, seq = g["register_allocation"], g["instruction_sequence"]
     dtype, method = problem["dtype"], seq["dequant"]
@@ -263,7 +316,7 @@ typedef {T} T;
 #define VEC {m['vec']}
 #define B {ra['batch']}
 #define ELT {dtype_bytes(dtype)}
-
+{_layout(m["layout"])}
 static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
 static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
 
@@ -313,7 +366,7 @@ static __device__ __forceinline__ void run(const T *__restrict__ x, const int *_
                 float s[V], z[V], zc[{nz}][V];
 #pragma unroll
                 for (int e = 0; e < V; ++e) {{
-                    s[e] = to_f(sc[(long long)grp * N + c + e]);
+                    s[e] = to_f(sc[SCALE(grp, c + e)]);
                     z[e] = {zero_of};
 #pragma unroll
                     for (int q = 0; q < {nz}; ++q) zc[q][e] = 8388608.f + z[e] * (float)(1 << (4 * q));
@@ -328,7 +381,7 @@ static __device__ __forceinline__ void run(const T *__restrict__ x, const int *_
     }}
 }}
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void {launch_bounds(g)}
 {cuda_norm.entry(norm)}
     const int tc = threadIdx.x % TC, ks = threadIdx.x / TC;
     const int c0 = (blockIdx.x * TC + tc) * VEC, m0 = blockIdx.y * MT;

@@ -10,6 +10,7 @@ from core.workloads.w4a16 import cuda_mma
 NIBBLES = tuple(f"N{b}" for b in range(8))
 MAX_FLOATS = 128  # words, x values, accumulators and partial sums per thread
 SMEM_LIMIT = 48 * 1024  # static shared memory of the K-lane reduction
+MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
 
 
 def gene_groups(dtype: str = "bfloat16") -> dict:
@@ -21,18 +22,26 @@ def gene_groups(dtype: str = "bfloat16") -> dict:
             ChoiceGene("ksplit", (1, 2, 4, 8, 16, 32, 64, 128), "K lanes per column thread (split-K inside the block)"),
             ChoiceGene("rows_per_block", (1, 2, 4, 8), "rows of x a block multiplies"),
             ChoiceGene("kblocks", (1, 2, 4, 8, 16), "blocks along K (tensor-core path: partial tiles added in a "
-                                                   "fixed order by the last block)"),
+                                                   "fixed order by the last block)", legacy=1),
         ),
         "memory_pattern": (
             ChoiceGene("vec", (1, 2, 4), "columns per thread: words per access"),
             ChoiceGene("w_load", ("", ".nc", ".cs", ".L1::no_allocate", ".nc.L1::no_allocate"), "cache hint of the word loads"),
             ChoiceGene("x_load", ("", ".nc", ".L1::evict_last"), "cache hint of the x loads"),
+            ChoiceGene("layout", ("gptq", "strips"), "GEMV path: GPTQ's row-major words and scales, or repacked once "
+                                                     "into strips of the block's columns, each strip contiguous along K "
+                                                     "(a block streams one region)", legacy="gptq"),
+            ChoiceGene("stages", (0, 2, 3, 4, 6, 8), "tensor-core path: chunks of words in flight through a "
+                                                    "shared-memory ring filled by cp.async (0: loads into registers)",
+                       legacy=0),
         ),
         "register_allocation": (
             ChoiceGene("batch", (1, 2, 4, 8), "words (of vec columns) loaded before their math"),
             ChoiceGene("pipeline", ("off", "next"), "the next batch's words loaded before this batch's math"),
             MapGene("regs", (("scale", ("word", "weight")), ("unroll", (1, 2))),
                     "scale on each word's partial sum or on each weight; batch-loop unroll"),
+            ChoiceGene("min_blocks", (1, 2, 3, 4), "blocks per SM the registers must leave room for "
+                                                  "(__launch_bounds__: fewer registers, more warps in flight)", legacy=1),
         ),
         "instruction_sequence": (
             SequenceGene("nibbles", NIBBLES, (), (), "the order of a word's 8 values"),
@@ -40,13 +49,16 @@ def gene_groups(dtype: str = "bfloat16") -> dict:
             ChoiceGene("dequant", ("cvt", "magic", "mask", "half2"),
                        "nibble to float: cvt, 2^23 magic number, masked in place; or two at a time in fp16x2"),
             ChoiceGene("math", ("fma", "mma") if dtype in cuda_mma.TYPES else ("fma",),
-                       "float32 FMAs (the GEMV), or tensor-core mma.sync on repacked words"),
+                       "float32 FMAs (the GEMV), or tensor-core mma.sync on repacked words", legacy="fma"),
         ),
     }
 
 
 def fits(g: Genome) -> str | None:
     """Why ``g`` cannot run (registers, shared memory, a half2 weight scale), or None."""
+    resident = g["parallel_config"]["threads"] * g["register_allocation"]["min_blocks"]
+    if resident > MAX_THREADS_PER_SM:
+        return f"{resident} threads resident per SM asked of __launch_bounds__ (> {MAX_THREADS_PER_SM})"
     if g["instruction_sequence"]["math"] == "mma":
         return cuda_mma.fits(g)
     p = g["parallel_config"]
@@ -64,28 +76,33 @@ def fits(g: Genome) -> str | None:
 # M = 1 at N = 8192: 8 column threads x 64 K lanes, 32 columns a block -> 256 blocks, and
 # 4 x 16 bytes in flight per thread (about 64 KB per SM at two blocks).
 SEEDS = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1, "kblocks": 1},
-          "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-          "register_allocation": {"batch": 4, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
+          "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": "", "layout": "gptq", "stages": 0},
+          "register_allocation": {"batch": 4, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
           "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "mask", "math": "fma"}},
          {"parallel_config": {"threads": 256, "ksplit": 16, "rows_per_block": 4, "kblocks": 1},
-          "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ".nc"},
-          "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}},
+          "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ".nc", "layout": "gptq", "stages": 0},
+          "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
           "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic", "math": "fma"}},
          {"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1, "kblocks": 1},
-          "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-          "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
+          "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": "", "layout": "gptq", "stages": 0},
+          "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
           "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "fma"}})
+# the same, its words and scales in strips of its 32 columns: every block reads one contiguous region
+SEEDS += ({**SEEDS[2], "memory_pattern": {**SEEDS[2]["memory_pattern"], "layout": "strips"}},)
 # M = 16: tensor cores; 4 warps along K by 2 along N, 64 columns a block (x read by 128 blocks, not 256,
 # at N = 8192), 4 blocks along K (512 blocks); the chunk's x fragments come with its words, a chunk ahead
 MMA_SEEDS = ({"parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block": 1, "kblocks": 4},
-              "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-              "register_allocation": {"batch": 2, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
+              "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": "", "layout": "gptq", "stages": 0},
+              "register_allocation": {"batch": 2, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
               "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "half2", "math": "mma"}},
              # M = 1: 8 warps along K over 32 columns, 2 blocks along K (512 blocks at N = 8192)
              {"parallel_config": {"threads": 256, "ksplit": 8, "rows_per_block": 1, "kblocks": 2},
-              "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": ""},
-              "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}},
+              "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": "", "layout": "gptq", "stages": 0},
+              "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
               "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "half2", "math": "mma"}})
+# the M = 16 seed with 4 chunks in flight through shared memory (cp.async), not one in registers
+MMA_SEEDS += ({**MMA_SEEDS[0], "memory_pattern": {**MMA_SEEDS[0]["memory_pattern"], "stages": 4},
+               "register_allocation": {**MMA_SEEDS[0]["register_allocation"], "pipeline": "off"}},)
 
 
 def half2_pairs(g: Genome) -> Genome:
@@ -103,6 +120,17 @@ CANONICALISERS = (cuda_mma.canonical, half2_pairs)
 def seeds(dtype: str) -> tuple:
     """The seeds for activations of ``dtype`` (the tensor-core one for 16-bit types)."""
     return SEEDS + (MMA_SEEDS if dtype in cuda_mma.TYPES else ())
+
+
+def launch_bounds(g: Genome) -> str:
+    """The kernel's ``__launch_bounds__``: its block size, and the blocks per SM of ``min_blocks``."""
+    mb = g["register_allocation"]["min_blocks"]
+    return f"__launch_bounds__(THREADS{f', {mb}' if mb > 1 else ''})"
+
+
+def register_cap(g: Genome) -> int:
+    """The registers a thread may use when ``min_blocks`` blocks share an SM's 64 K."""
+    return min(255, 65536 // (g["parallel_config"]["threads"] * g["register_allocation"]["min_blocks"]))
 
 
 def shared_bytes(g: Genome) -> int:

@@ -25,8 +25,11 @@ splitting K by chunks of ``batch`` steps, added up through shared memory in a fi
   kblocks (blocks along K: each writes its partial tile to a workspace, and the last of a tile to
   finish, by a counter it resets for the next launch, adds them up in block order);
 * memory_pattern -- vec (4 vec n8 tiles a warp: 32 vec columns), the cache hints of both loads;
+  stages: 0 loads the words into registers; S > 0 keeps S chunks in flight through a ring in
+  dynamic shared memory filled by ``cp.async`` (with the x rows too when they come first and no
+  norm is fused), so the bytes in flight no longer cost registers (Marlin's reason for its pipeline);
 * register_allocation -- batch (K steps of 32 loaded before their math), pipeline (the next chunk's
-  loads issued before this chunk's math), scale: ``word`` multiplies each group's float32 partial
+  loads issued before this chunk's math; the ring replaces it), min_blocks (``__launch_bounds__``), scale: ``word`` multiplies each group's float32 partial
   sums by the scale (exact; twice the accumulators), ``weight`` scales the weights in the 16-bit
   type before the mma (one rounding per weight, as Marlin does); unroll;
 * instruction_sequence -- first: the chunk's x fragments loaded with its words, or at each step.
@@ -43,6 +46,7 @@ from core.genome import Genome, with_gene
 PACKED = "qweight_mma"  # the repacked words' name in bind()'s tensors
 MAX_REGS = 168  # accumulators, words in flight and x fragments per thread
 SMEM_LIMIT = 48 * 1024
+RING_LIMIT = 160 * 1024  # with the reduction's 48 KB, under the 227 KB a block may opt in to
 TYPES = ("bfloat16", "float16")  # the activations mma.sync takes here
 # per type: the magic (lop3 with 0x000F000F makes magic + q in each half), magic's value, the mma's
 # type, the float pair conversion and the pair (1, 1)
@@ -62,8 +66,13 @@ def shape_of(g: Genome) -> dict:
 def canonical(g: Genome) -> Genome:
     """Genes this path does not read set to one value (so equal kernels are equal genomes)."""
     if g["instruction_sequence"]["math"] != "mma":
-        return with_gene(g, "parallel_config", "kblocks", 1)
+        return with_gene(with_gene(g, "parallel_config", "kblocks", 1), "memory_pattern", "stages", 0)
     warps = g["parallel_config"]["threads"] // 32
+    g = with_gene(g, "memory_pattern", "layout", "gptq")  # (its own repacked layout)
+    if g["memory_pattern"]["stages"]:  # the ring is the pipeline, and cp.async its loads' only hint
+        g = with_gene(with_gene(g, "register_allocation", "pipeline", "off"), "memory_pattern", "w_load", "")
+        if _x_in_ring(g, g["instruction_sequence"].get("norm")):
+            g = with_gene(g, "memory_pattern", "x_load", "")
     g = with_gene(g, "parallel_config", "ksplit", min(g["parallel_config"]["ksplit"], warps))
     g = with_gene(g, "parallel_config", "rows_per_block", 1)  # (16 rows: the mma's)
     g = with_gene(g, "instruction_sequence", "nibbles", tuple(f"N{b}" for b in range(8)))
@@ -85,8 +94,24 @@ def shared_bytes(g: Genome) -> int:
     return (s["wk"] - 1) * s["wn"] * s["nt"] * 4 * 32 * 4
 
 
+def ring_bytes(g: Genome, norm: str | None = None) -> int:
+    """The cp.async ring's dynamic shared memory: ``stages`` chunks of every lane's words (and of
+    its two rows of x when the x fragments come with the words, without a fused norm)."""
+    if g["instruction_sequence"]["math"] != "mma":
+        return 0
+    s = shape_of(g)
+    per_step = s["nt"] // 4 + (2 if _x_in_ring(g, norm) else 0)
+    return g["memory_pattern"]["stages"] * g["register_allocation"]["batch"] * per_step * 32 * s["warps"] * 16
+
+
+def _x_in_ring(g: Genome, norm: str | None) -> bool:
+    return bool(g["memory_pattern"]["stages"]) and g["instruction_sequence"]["first"] == "x" and not norm
+
+
 def fits(g: Genome) -> str | None:
     """Why the mma kernel of ``g`` cannot run, or None."""
+    if ring_bytes(g) > RING_LIMIT:
+        return f"a cp.async ring of {ring_bytes(g)} B (> {RING_LIMIT})"
     if registers(g) > MAX_REGS:
         return f"{registers(g)} registers of accumulators, words and fragments (> {MAX_REGS})"
     if shared_bytes(g) > SMEM_LIMIT:
@@ -94,10 +119,11 @@ def fits(g: Genome) -> str | None:
     return None
 
 
-def launch(g: Genome) -> dict:
+def launch(g: Genome, norm: str | None = None) -> dict:
     """What :meth:`bind` and :meth:`repack` read: the block, its columns, the tile width."""
     s = shape_of(g)
-    return {"math": "mma", "threads": 32 * s["warps"], "cols": s["cols"], "kblocks": s["kb"], "rows_per_block": 16}
+    return {"math": "mma", "threads": 32 * s["warps"], "cols": s["cols"], "kblocks": s["kb"], "rows_per_block": 16,
+            "dynamic_shared_bytes": ring_bytes(g, norm)}
 
 
 def grid(lp: dict, m: int, n: int) -> tuple[int, int, int]:
@@ -146,10 +172,12 @@ def _ld(hint: str, width: str, out: str, ptr: str) -> str:
     return f'asm volatile("ld.global{hint}.u32 %0, [%1];" : "=r"({out}) : "l"({ptr}));'
 
 
-def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, entry: str, norm_call: str) -> str:
-    """The mma kernel of genome ``g`` (16-bit activations). ``prologue``, ``entry`` and ``norm_call``
-    come from the CUDA template (the kernel's parameters; with a fused RMSNorm, the 1 / rms of the
-    block's rows): with ``norm``, x is multiplied by gamma, and by 1 / rms at load or on the sums."""
+def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, entry: str, norm_call: str,
+                  bounds: str) -> str:
+    """The mma kernel of genome ``g`` (16-bit activations). ``prologue``, ``entry``, ``norm_call`` and
+    ``bounds`` come from the CUDA template (the kernel's parameters; with a fused RMSNorm, the 1 / rms
+    of the block's rows; its ``__launch_bounds__``): with ``norm``, x is multiplied by gamma, and by
+    1 / rms at load or on the sums."""
     s, m, ra = shape_of(g), g["memory_pattern"], g["register_allocation"]
     dtype = problem["dtype"]
     T, to_f, from_f = SCALAR_TYPES[dtype]
@@ -163,14 +191,20 @@ def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, ent
         c2_once = ""
     else:
         c2, c2_once = "", f"\n    const unsigned c2 = pack2({base + 8}.f, {base + 8}.f);"
-    load = _load_chunk(m["w_load"], norm, x_first)
+    stages, x_ring = m["stages"], _x_in_ring(g, norm)
+    load = _load_chunk(m["w_load"], norm, x_first and not x_ring, words=not stages)
     if x_first:
         frag_at = "            const unsigned *fr = xf[u];"
     else:
         frag_at = ("            const long long k = (long long)ks * 32;\n            unsigned fr[8];\n"
                    + _frag_lines("            ", "fr", norm).rstrip("\n"))
     bufs = "uint4 {w}[B][NB4];" + (" unsigned {x}[B][8];" if x_first else "")
-    if prefetch:
+    if stages:  # the ring: the chunk's words from shared memory, the chunk S ahead issued after its math
+        before_loop = _RING_START
+        top = ("        " + bufs.format(w="w", x="xf") + "\n        cp_async_wait<S - 1>();\n" + _RING_READ
+               + (_RING_READ_X if x_ring else "") + load.format(w="w", x="xf", start="s0"))
+        bottom = _RING_NEXT
+    elif prefetch:
         before_loop = "    " + bufs.format(w="w", x="xf") + "\n" + load.format(w="w", x="xf", start="first * B")
         top = "        " + bufs.format(w="nxt", x="xn") + "\n" + load.format(w="nxt", x="xn", start="s0 + stride * B")
         bottom = _COPY + ("\n#pragma unroll\n        for (int u = 0; u < B; ++u)\n#pragma unroll\n"
@@ -194,6 +228,8 @@ typedef {T} T;
 #define KB {s['kb']}
 #define MT 16
 #define ELT 2
+#define S {stages}
+#define XR {2 if x_ring else 0}
 
 static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
 static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
@@ -222,12 +258,20 @@ static __device__ __forceinline__ uint4 x_row8(const T *p, const T *gp, float sc
     const uint4 gv = *(const uint4 *)gp;
     return make_uint4(times(u.x, gv.x, scale), times(u.y, gv.y, scale), times(u.z, gv.z, scale), times(u.w, gv.w, scale));
 }}
+// 16 bytes global -> shared without registers (L1 bypassed), and the wait for all but the n newest groups
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok = true) {{  // zeros if !ok
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 16 : 0));
+}}
+template <int n> static __device__ __forceinline__ void cp_async_wait() {{
+    asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory");
+}}
 // values (lo, hi) of pair p of a word, minus (magic + z)
 static __device__ __forceinline__ unsigned dq(unsigned w, int p, unsigned c2) {{
     return sub2(lop3_and_or(w >> (4 * p), 0x000F000Fu, {magic}), c2);
 }}
 {prologue}
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void {bounds}
 {entry}
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WK, wn = warp / WK;
     const int g = lane >> 2, t = lane & 3, m0 = blockIdx.y * 16, KS = G * 4;
@@ -289,20 +333,70 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 """
 
 
-def _load_chunk(hint: str, norm: str | None, x_first: bool) -> str:
-    """The loads of a chunk's B steps into ``{w}`` (and its x fragments into ``{x}`` when they come
-    first); a step past the end loads the last one, never used."""
+# The ring (stages > 0): ring[slot][u][i][thread] is uint4 i of step u of the chunk in ``slot``: its
+# NB4 words, then (XR = 2) its x rows g and g + 8 (zeros past M). Each lane reads back only what it
+# copied itself, so no barrier: the wait for its own copies is enough. The S first chunks are
+# issued before the loop; chunk c + S * stride goes, after chunk c's math, to the slot chunk c has
+# left; a group is committed even when empty, so the wait counts stay exact.
+_RING_ISSUE = """if ({c} < chunks)
+#pragma unroll
+        for (int u = 0; u < B; ++u) {
+#pragma unroll
+            for (int i = 0; i < NB4; ++i)
+                cp_async16(ring + (({slot} * B + u) * (NB4 + XR) + i) * THREADS + threadIdx.x,
+                           wp + ((long long)i * KS + min({c} * B + u, KS - 1)) * 32);
+#if XR
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                cp_async16(ring + (({slot} * B + u) * (NB4 + XR) + NB4 + r) * THREADS + threadIdx.x,
+                           xr[r] + (long long)min({c} * B + u, KS - 1) * 32, ok[r]);
+#endif
+        }
+    asm volatile("cp.async.commit_group;" ::: "memory");"""
+_RING_START = ("""    extern __shared__ uint4 ring[];
+    int slot = 0, ahead = first;
+#pragma unroll
+    for (int r = 0; r < S; ++r, ahead += stride) {
+        """ + _RING_ISSUE.replace("{c}", "ahead").replace("{slot}", "r") + """
+    }
+""")
+_RING_READ = """#pragma unroll
+        for (int u = 0; u < B; ++u)
+#pragma unroll
+            for (int i = 0; i < NB4; ++i) w[u][i] = ring[((slot * B + u) * (NB4 + XR) + i) * THREADS + threadIdx.x];
+"""
+_RING_READ_X = """#pragma unroll
+        for (int u = 0; u < B; ++u) {
+            const uint4 x0 = ring[((slot * B + u) * (NB4 + XR) + NB4) * THREADS + threadIdx.x],
+                        x1 = ring[((slot * B + u) * (NB4 + XR) + NB4 + 1) * THREADS + threadIdx.x];
+            xf[u][0] = x0.x; xf[u][1] = x1.x; xf[u][2] = x0.y; xf[u][3] = x1.y;
+            xf[u][4] = x0.z; xf[u][5] = x1.z; xf[u][6] = x0.w; xf[u][7] = x1.w;
+        }
+"""
+_RING_NEXT = ("""
+        """ + _RING_ISSUE.replace("{c}", "ahead").replace("{slot}", "slot") + """
+        ahead += stride;
+        slot = slot + 1 == S ? 0 : slot + 1;""")
+
+
+def _load_chunk(hint: str, norm: str | None, x_first: bool, words: bool = True) -> str:
+    """The loads of a chunk's B steps into ``{w}`` (unless the ring holds them: ``words`` False) and
+    its x fragments into ``{x}`` when they come first; a step past the end loads the last one,
+    never used."""
     def esc(text: str) -> str:
         return text.replace("{", "{{").replace("}", "}}")
 
     frags = ("                const long long k = (long long)min({start} + u, KS - 1) * 32;\n"
              + esc(_frag_lines("                ", "XF[u]", norm)).replace("XF", "{x}")) if x_first else ""
-    return """#pragma unroll
-        for (int u = 0; u < B; ++u) {{
-#pragma unroll
+    word_loads = ("""#pragma unroll
             for (int i = 0; i < NB4; ++i) {{
                 const uint4 *p = wp + ((long long)i * KS + min({start} + u, KS - 1)) * 32;
-                """ + esc(_ld(hint, "v4", "DST[u][i]", "p")).replace("DST", "{w}") + "\n            }}\n" + frags + "        }}\n"
+                """ + esc(_ld(hint, "v4", "DST[u][i]", "p")).replace("DST", "{w}") + "\n            }}\n") if words else ""
+    if not (word_loads or frags):
+        return ""
+    return """#pragma unroll
+        for (int u = 0; u < B; ++u) {{
+""" + word_loads + frags + "        }}\n"
 
 
 def _frag_lines(indent: str, dst: str, norm: str | None) -> str:
