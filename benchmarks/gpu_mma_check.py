@@ -37,7 +37,9 @@ def variants(norm: str | None) -> list[Genome]:
                     d["memory_pattern"]["stages"] = int(pipeline[4:]) if pipeline.startswith("ring") else 0
                     if norm:
                         d["instruction_sequence"]["norm"] = norm
-                    out.append(Genome.from_json(d))
+                    g = Genome.from_json(d)
+                    if cuda_genes.fits(g) is None:  # (the GA never renders one that does not fit)
+                        out.append(g)
     return out
 
 

@@ -1,6 +1,7 @@
 """The dashboard's pages and navigation, set up by ``app.py`` (and by a page run on its own)."""
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -29,7 +30,7 @@ def _home() -> None:
 
 def setup():
     """Page config, ``st.navigation`` over :data:`PAGES` and the sidebar footer; returns the current page."""
-    _warm_imports()
+    warm_up_after_this_run()
     st.set_page_config(page_title="AbeBot", page_icon=":material/genetics:", layout="wide")
     pages = [st.Page(_home, title="AbeBot", url_path="home", default=True, visibility="hidden")]
     pages += [st.Page(path, title=title, icon=icon, url_path=url) for path, title, icon, url in PAGES]
@@ -63,21 +64,59 @@ def ensure_navigation() -> None:
 
 _WARMED = threading.Event()
 
+# What the pages import between them, cheapest first; scikit-learn (about 1 s on 2 cores) last.
+WARM_MODULES = (
+    "pandas", "pyarrow.parquet", "duckdb", "plotly.graph_objects", "plotly.subplots", "plotly.io",
+    "store.reader", "store.control", "store.queries", "core.backends", "core.config", "core.export",
+    "dashboard.charts", "dashboard.data", "dashboard.live", "dashboard.ui", "dashboard.launch", "dashboard.devices",
+    "dashboard.genomes", "dashboard.importance", "dashboard.benchmark", "dashboard.checkkernel", "dashboard.manage",
+    "sklearn.ensemble", "sklearn.inspection", "sklearn.model_selection", "sklearn.preprocessing",
+)
 
-def _warm_imports() -> None:
-    """Import scikit-learn's forest in the background, once per server process: its first import
-    takes about 1.1 s, which the Individuals page's importance chart would otherwise pay on its first
-    visit (benchmarks/MONITOR_RESULTS.md)."""
+
+def warm_up() -> None:
+    """Import what the pages import and build one throwaway Plotly figure (Plotly loads its figure and
+    validator classes on first use): what the first visit of each page would otherwise pay. Errors are
+    left to the page that needs the module, which reports them itself."""
+    import importlib
+
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001
+            pass
+        if name == "dashboard.charts":
+            try:
+                from dashboard import charts
+
+                charts.empty("warm-up").to_json()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def warm_up_after_this_run() -> None:
+    """Start :func:`warm_up` once per server process, in a background thread, **after** the script
+    run that calls this (and any rerun it asks for) has finished.
+
+    ``streamlit run app.py`` runs none of our code before the first browser session, so this is
+    the first chance; but warming up *during* that first run would compete with it for the GIL and
+    the two cores (importing scikit-learn alone is about 1 s of CPU): the first page measured
+    1 s slower with it (benchmarks/MONITOR_RESULTS.md, 2026-12-01 06:00). Instead the thread
+    waits for the script thread to end, then warms up while the browser draws the first page, so
+    that the next page visited (and every session after) finds everything imported.
+    """
     if _WARMED.is_set():
         return
     _WARMED.set()
+    script = threading.current_thread()
 
-    def load() -> None:
-        try:
-            import sklearn.ensemble  # noqa: F401
-            import sklearn.inspection  # noqa: F401
-        except Exception:  # noqa: BLE001 - the page reports a missing library itself
+    def after_run() -> None:
+        if script is not threading.main_thread():  # a Streamlit script thread ends with its run
+            script.join()
+        try:  # Linux: this thread only, at the lowest priority (a browser on this machine draws the page)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
             pass
+        warm_up()
 
-    threading.Thread(target=load, name="warm-imports", daemon=True).start()
-
+    threading.Thread(target=after_run, name="warm-up", daemon=True).start()

@@ -347,9 +347,9 @@ _RING_ISSUE = """if ({c} < chunks)
                            wp + ((long long)i * KS + min({c} * B + u, KS - 1)) * 32);
 #if XR
 #pragma unroll
-            for (int r = 0; r < 2; ++r)
-                cp_async16(ring + (({slot} * B + u) * (NB4 + XR) + NB4 + r) * THREADS + threadIdx.x,
-                           xr[r] + (long long)min({c} * B + u, KS - 1) * 32, ok[r]);
+            for (int h = 0; h < 2; ++h)
+                cp_async16(ring + (({slot} * B + u) * (NB4 + XR) + NB4 + h) * THREADS + threadIdx.x,
+                           xr[h] + (long long)min({c} * B + u, KS - 1) * 32, ok[h]);
 #endif
         }
     asm volatile("cp.async.commit_group;" ::: "memory");"""
