@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,7 +50,10 @@ void abebot_gemm(const float *A, const float *B, float *C, int M, int N, int K) 
 WRITE_LARGE_FILE = ('static char block[1 << 20]; FILE *f = fopen("abebot-large-file.bin", "wb");'
                     'if (f) { for (int i = 0; i < 256; i++) fwrite(block, 1, sizeof block, f); fclose(f); }')
 WRITE_SMALL_FILE = 'FILE *f = fopen("abebot-relative-write.txt", "w"); if (f) { fputs("hello", f); fclose(f); }'
-ALLOCATE_2_GIB = 'size_t n = (size_t)2 << 30; char *p = malloc(n); if (!p) abort(); memset(p, 1, n); free(p);'
+REFUSED = "abebot-test: malloc returned NULL"
+# malloc(MiB << 20), abort() when it returns NULL (saying so in the sandbox log first)
+ALLOCATE = ('size_t n = (size_t){mib} << 20; char *p = malloc(n);'
+            'if (!p) {{ fputs("' + REFUSED + '\\n", stderr); fflush(stderr); abort(); }} memset(p, 1, n); free(p);')
 
 
 def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -160,9 +164,23 @@ def test_a_kernel_cannot_write_a_large_file(evaluator):
 
 @needs_c
 def test_a_kernel_cannot_allocate_beyond_the_address_space_limit(evaluator):
-    [res] = evaluator.evaluate_sources([_kernel(evaluator, ALLOCATE_2_GIB)])
+    [within] = evaluator.evaluate_sources([_kernel(evaluator, ALLOCATE.format(mib=256))])
+    assert within.status == "ok", within.cause  # the limit is about size: 256 MiB of the 1 GiB is fine
+    log, restarts = evaluator.log_path, evaluator.sandbox.restarts
+    start = log.stat().st_size
+    [res] = evaluator.evaluate_sources([_kernel(evaluator, ALLOCATE.format(mib=2048))])
     assert res.status == "crashed" and res.lethal, (res.status, res.cause)
-    assert "SIGABRT" in res.cause  # malloc returned NULL: the kernel gave up
+    after = log.read_bytes()[start:].decode(errors="replace")
+    assert REFUSED in after, after[-2000:]  # the limit refused the allocation: that is what stopped it
+    # Which signal ends a kernel whose allocation was refused is not the contract: this one aborts
+    # (SIGABRT), but one that touches the NULL, or a stack that cannot grow at the limit, dies by
+    # SIGSEGV (and before faulthandler dumped the crashing thread only, its report could itself crash
+    # into a SIGSEGV). Either is a kill: never "ok", a timeout, an exit status or the OOM killer's
+    # SIGKILL (the allocation not refused).
+    assert res.cause in ("killed by SIGABRT", "killed by SIGSEGV"), res.cause
+    # the dead sandbox was replaced by one limited again, and the run goes on in it
+    assert evaluator.sandbox.restarts == restarts + 1
+    assert "address space limited to" in after.split(REFUSED, 1)[1], after[-2000:]
     _assert_the_run_goes_on(evaluator)
 
 
@@ -192,6 +210,48 @@ def test_the_cpu_time_limit_is_per_request_and_kills_a_runaway(tmp_path):
         assert runaway == {"status": "crashed", "cause": "killed by SIGXCPU"}
         assert time.monotonic() - t0 < 20  # long before the watchdog's 60 s
         assert sb.call({"cpu_s": 0.1})["status"] == "ok" and sb.restarts == 1
+
+
+def _short_lived_threads_forever() -> None:
+    while True:
+        threads = [threading.Thread(target=sum, args=(range(50),)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+class AbortServer:
+    """Calls C's abort() (through ctypes, which releases the GIL, as a kernel's launch does) while
+    other Python threads start and exit."""
+
+    def __init__(self, spec: dict):
+        pass
+
+    def handle(self, request: dict) -> dict:
+        import ctypes
+
+        for _ in range(2):
+            threading.Thread(target=_short_lived_threads_forever, daemon=True).start()
+        time.sleep(request["after_s"])
+        ctypes.CDLL(None).abort()
+        return {"status": "ok"}
+
+
+def test_an_abort_is_reported_as_sigabrt_whatever_other_threads_do(tmp_path):
+    """faulthandler's report must not turn a kernel's SIGABRT into a SIGSEGV: dumping every thread
+    reads threads that may be exiting (it did so in ~10% of such aborts), so it dumps the crashing one."""
+    from core.evaluation.sandbox import Sandbox
+
+    log = tmp_path / "s.log"
+    with Sandbox({"server": f"{__name__}:AbortServer"}, timeout_s=60, log_path=log) as sb:
+        causes = [sb.call({"after_s": 0.01 + 0.01 * (i % 5)})["cause"] for i in range(8)]
+        assert sb.restarts == 8
+    assert causes == ["killed by SIGABRT"] * 8, causes
+    report = log.read_text()
+    assert report.count("Fatal Python error: Aborted") == 8 and "Segmentation fault" not in report
+    assert "in handle" in report  # the crashing thread's Python stack...
+    assert "_short_lived_threads_forever" not in report  # ...and only its
 
 
 # -- the compile cache ---------------------------------------------------------------------------

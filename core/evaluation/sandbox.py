@@ -251,7 +251,10 @@ def _isolate(log_path: str, spec: dict | None = None) -> str | None:
     os.close(fd)
     import faulthandler
 
-    faulthandler.enable(file=sys.stderr)  # the Python stack of a segfault lands in the log
+    # The Python stack of a segfault (or abort) lands in the log: the crashing thread's only. The
+    # handler reads other threads' states without the GIL, so a thread starting or exiting meanwhile
+    # can crash it, and the process then dies by SIGSEGV instead of its own signal (SIGABRT, say).
+    faulthandler.enable(file=sys.stderr, all_threads=False)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True, name="orphan-guard").start()
     applied = []
     if limits.get("file_size_bytes"):
