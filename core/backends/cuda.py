@@ -279,7 +279,7 @@ class CudaRuntime(TorchCudaRuntime):
         module = cupy.RawModule(path=artifact.path)
         fn = module.get_function(artifact.entry)
         dyn = int(artifact.launch.get("dynamic_shared_bytes", 0))
-        if dyn > 48 * 1024:  # above 48 KB a block must opt in to its dynamic shared memory
+        if dyn and dyn + int(fn.shared_size_bytes) > 48 * 1024:  # past 48 KB in all, a block opts in to its dynamic part
             fn.max_dynamic_shared_size_bytes = dyn
         k = CudaKernel(fn, artifact)
         k.resources.update({"registers": int(fn.num_regs), "static_shared_bytes": int(fn.shared_size_bytes),
