@@ -162,6 +162,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     target = run_dir(runs_dir, run_id)
     if target.exists():
         raise UsageError(f"run {run_id!r} already exists in {runs_dir}")
+    from core.warm_start import WarmStartError, check
+
+    try:  # the runs to start from exist and evolved the same workload on the same backend
+        check(runs_dir, cfg.start_from, cfg.workload, cfg.backend)
+    except WarmStartError as exc:
+        raise UsageError(str(exc)) from None
     with hold_devices(runs_dir, cfg, f"run {run_id}"):  # DeviceBusy (exit 2) when taken
         writer = RunWriter.create(runs_dir, run_id, json.loads(cfg.to_json()))
         print(f"run {run_id}", flush=True)

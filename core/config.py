@@ -60,6 +60,8 @@ class RunConfig:
                             "(random genomes only, to compare GA search with random search)", choices=INITS)
     baseline_checks: int = _f(3, "baseline timings per generation, interleaved with the candidates (2 = before and "
                                  "after; 3 = also between the halves, so one burst of load is outvoted)", min=2, max=9)
+    start_from: str = _f("", "runs (ids in the runs folder, comma-separated) of the same workload and backend whose best "
+                             "genomes join generation 0 after the seeds: another shape's champions as a start")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -130,6 +132,12 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"cluster must be a scheduler address such as tcp://host:8786, or local:N (got {cfg.cluster!r})")
     if cfg.cluster and cfg.devices:
         raise ConfigError("devices and cluster exclude each other: on a cluster, each Dask worker is one device")
+    from core.warm_start import WarmStartError, run_ids
+
+    try:
+        run_ids(cfg.start_from)
+    except WarmStartError as exc:
+        raise ConfigError(str(exc)) from None
     if cfg.elites >= cfg.population:
         raise ConfigError(f"elites ({cfg.elites}) must be fewer than the population ({cfg.population}): "
                           f"raise the population to {cfg.elites + 1} or more, or lower elites")

@@ -43,7 +43,7 @@ class Individual:
     """A genome with where it came from and its measurements (``measure`` is an Evaluation dict)."""
 
     genome: Genome
-    origin: str  # seed, random, elite, crossover, mutation, immigrant
+    origin: str  # seed, start, random, elite, crossover, mutation, immigrant
     parents: tuple[str, ...] = ()
     measure: dict = field(default_factory=dict)
     reused: bool = False  # measurements taken from an earlier evaluation of the same genome
@@ -78,17 +78,18 @@ class GAContext:
     # the primary's median time (µs) of every generation's baseline in this run, in order: one entry per
     # generation measured (a resumed run reloads it from the store's generations table)
     baseline_times: list[float] = field(default_factory=list)
+    start: list[Genome] = field(default_factory=list)  # earlier runs' best (core.warm_start), after the seeds
 
 
 def initial_population(ctx: GAContext, rng: random.Random) -> list[Individual]:
-    """Seed genomes from the gene space (unless ``init`` is ``random``), then distinct random ones,
-    evaluated and scored."""
+    """Seed genomes from the gene space (unless ``init`` is ``random``), then the warm start's
+    (``ctx.start``), then distinct random ones, evaluated and scored."""
     pop: list[Individual] = []
     seen: set[str] = set()
     seeds = ctx.space.seed_genomes() if ctx.config.init == "seeds" else []
-    for g in seeds[: ctx.config.population]:
-        if g.hash not in seen:
-            pop.append(Individual(g, "seed"))
+    for g, origin in [(g, "seed") for g in seeds] + [(g, "start") for g in ctx.start]:
+        if len(pop) < ctx.config.population and g.hash not in seen:
+            pop.append(Individual(g, origin))
             seen.add(g.hash)
     for _ in range(50 * ctx.config.population):
         if len(pop) >= ctx.config.population:

@@ -192,6 +192,16 @@ class RunWorker:
 
         return run
 
+    def _warm_start(self, ctx: GAContext) -> list[Genome]:
+        """The best genomes of the runs in ``start_from`` (:mod:`core.warm_start`), logged."""
+        from core import warm_start
+
+        folders = warm_start.check(self.runs_dir, self.config.start_from, self.config.workload, self.config.backend)
+        start, skipped = warm_start.genomes(folders, ctx.space, warm_start.share(self.config.population))
+        self.log(f"warm start from {self.config.start_from}: {len(start)} genomes"
+                 + (f" ({skipped} not legal in this gene space, left out)" if skipped else ""))
+        return start
+
     def _generations(self, ctx: GAContext, read_control: Callable[[Path], str | None]) -> int:
         cfg = self.config
         last = self.writer.last_state()
@@ -200,6 +210,8 @@ class RunWorker:
             rng = random.Random(cfg.seed)
             elapsed_before, evaluations_before = 0.0, 0
             t_gen = time.monotonic()
+            if cfg.start_from:
+                ctx.start = self._warm_start(ctx)
             population = initial_population(ctx, rng)
             generation = 0
             if not self._commit(generation, population, rng, time.monotonic() - t0, self.evaluated,

@@ -33,6 +33,8 @@ BAD_RUNS = [
     (["--generations", "0"], "give a budget"),
     (["--selection", "roulette"], "invalid choice"),
     (["--run-id", "../escape"], "run id"),
+    (["--start-from", "../other-runs/x"], "is not a run id"),
+    (["--start-from", "no-such-run"], "no run 'no-such-run'"),
 ]
 
 
