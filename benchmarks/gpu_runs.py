@@ -2,7 +2,9 @@
 """On the GPU: GA runs from the CLI with the full protocol, their throughput, and their champions
 re-timed by ``core bench`` against every baseline.
 
-For each ``--runs`` entry ``workload:backend:population:generations[:problem JSON]``:
+For each ``--runs`` entry ``workload:backend:population:generations[:problem JSON]`` (with a leading
+``+``, the run starts from the best genomes of the call's earlier runs of the same workload and
+backend: ``core run --start-from``):
 
 1. ``python -m core run`` (a fresh runs folder, so every kernel is compiled and measured as new;
    Triton's cache starts empty too);
@@ -32,8 +34,13 @@ sys.path.insert(0, str(ROOT))
 from store.reader import RunReader  # noqa: E402
 
 
-def one_run(spec: str, runs: Path, out: Path, timeout_s: int, extra: list[str], bench_rounds: int) -> dict:
-    workload, backend, population, generations, *rest = spec.split(":", 4)
+def one_run(spec: str, runs: Path, out: Path, timeout_s: int, extra: list[str], bench_rounds: int,
+            earlier: list[dict] = ()) -> dict:
+    start = spec.startswith("+")  # warm start from this call's earlier runs of the same workload and backend
+    workload, backend, population, generations, *rest = spec.lstrip("+").split(":", 4)
+    if start:
+        ids = [r["run_id"] for r in earlier if r.get("exit") == 0 and r["spec"].lstrip("+").startswith(f"{workload}:{backend}:")]
+        extra = [*extra, "--start-from", ",".join(ids)] if ids else extra
     problem = rest[0] if rest else "{}"
     run_id = f"{workload}-{backend}-{int(time.time())}"
     cmd = [sys.executable, "-m", "core", "run", "--workload", workload, "--backend", backend, "--population", population,
@@ -98,7 +105,8 @@ def main() -> int:
     results = []
     for spec in [s for s in args.runs.split(";") if s.strip()]:
         try:
-            results.append(one_run(spec.strip(), args.runs_dir, args.out, args.timeout_s, args.extra.split(), args.bench_rounds))
+            results.append(one_run(spec.strip(), args.runs_dir, args.out, args.timeout_s, args.extra.split(), args.bench_rounds,
+                                   results))
         except Exception as exc:  # one failed run still leaves the others' figures
             results.append({"spec": spec, "error": f"{type(exc).__name__}: {exc}"})
         (args.out / "runs.json").write_text(json.dumps(results, indent=1, default=str))
