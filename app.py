@@ -1,4 +1,5 @@
-"""AbeBot dashboard: ``streamlit run app.py`` (binds 127.0.0.1; runs folder from $ABEBOT_RUNS_DIR)."""
+"""AbeBot dashboard: ``streamlit run app.py`` (binds 127.0.0.1; runs folder from $ABEBOT_RUNS_DIR), or
+``python -m dashboard.serve`` (what scripts/dashboard.sh runs: the same, warmed up at server start)."""
 from __future__ import annotations
 
 import sys

@@ -11,7 +11,11 @@ one live/ Parquet mirror per generation, as the worker does) through
 3. the Individuals page's data path (every individual into one DuckDB table, a filtered sorted
    query, the gene importance forest) and the whole page through AppTest;
 4. with ``--browser``, the time Chromium needs from navigation until all five Monitor charts are
-   drawn, and until the Individuals table and its two charts are drawn;
+   drawn, and until the Individuals table and its two charts are drawn, on a server started with
+   ``streamlit run app.py`` and opened the moment ``/_stcore/health`` answers; then (not with
+   ``--only individuals``) the Monitor page on servers started as ``scripts/dashboard.sh`` starts them
+   (``python -m dashboard.serve``, which warms up at start), opened at once and once the server said
+   its warm-up finished, and in a new tab of the same browser (:func:`browser_starts`);
 5. with ``--compare-parallel``, each way of drawing the parallel coordinates that was weighed (Plotly
    ``parcoords`` in WebGL with 500 and 200 lines, Vega-Lite, Plotly SVG scatter lines) on a page of
    its own beside the importance chart, in Chromium.
@@ -209,10 +213,17 @@ CHARTS_DRAWN = """() => {
 }"""
 
 
+WARMED_LINE = "warm-up finished"  # what dashboard.nav.warm_up prints on stderr under `python -m dashboard.serve`
+
+
 @contextmanager
-def chromium_on(app: Path, cwd: Path, env: dict | None = None) -> Iterator[tuple[object, str]]:
+def chromium_on(app: Path, cwd: Path, env: dict | None = None, serve: bool = False,
+                after_warm_up: bool = False) -> Iterator[tuple[object, str]]:
     """A Streamlit server for ``app`` on a free local port and a headless Chromium page: yields
-    (page, url); the browser is closed and the server's process group killed on the way out."""
+    (page, url) as soon as ``/_stcore/health`` answers and the browser is up; the browser is closed and
+    the server's process group killed on the way out. ``serve``: start it as ``scripts/dashboard.sh``
+    does (``python -m dashboard.serve``, which warms up at start) instead of ``streamlit run app``;
+    ``after_warm_up``: with ``serve``, yield only once the server has said its warm-up finished."""
     import socket
     import urllib.request
 
@@ -221,9 +232,10 @@ def chromium_on(app: Path, cwd: Path, env: dict | None = None) -> Iterator[tuple
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
-                               "--server.headless", "true"], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    launch = [sys.executable, "-m", *(("dashboard.serve",) if serve else ("streamlit", "run", str(app)))]
+    log = tempfile.TemporaryFile()
+    server = subprocess.Popen([*launch, "--server.port", str(port), "--server.headless", "true"], cwd=cwd, env=env,
+                              stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
@@ -232,17 +244,26 @@ def chromium_on(app: Path, cwd: Path, env: dict | None = None) -> Iterator[tuple
                 break
             except OSError:
                 time.sleep(0.5)
+        for _ in range(1200 if after_warm_up else 0):
+            log.seek(0)
+            if WARMED_LINE.encode() in log.read():
+                break
+            time.sleep(0.1)
+        else:
+            if after_warm_up:
+                raise RuntimeError("the server never said its warm-up finished")
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path="/usr/bin/chromium", args=flags)
             try:
-                yield b.new_page(viewport={"width": 1500, "height": 1200}), url
+                yield b.new_context(viewport={"width": 1500, "height": 1200}).new_page(), url
             finally:
                 b.close()
     finally:
         os.killpg(server.pid, 9)
         server.wait()
+        log.close()
 
 
 def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
@@ -274,6 +295,33 @@ def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
         page.get_by_text("(page 2 of").wait_for(timeout=300_000)
         page.wait_for_function(CHARTS_DRAWN, timeout=300_000)
         out.append(("Chromium: Individuals, next page of the table (until redrawn)", time.perf_counter() - t0))
+    return out
+
+
+def browser_starts(runs: Path, run_id: str) -> list[tuple[str, float]]:
+    """What the "fresh server" row above is made of. The dashboard started as ``scripts/dashboard.sh``
+    starts it (``python -m dashboard.serve``: warm-up at server start), then the Monitor page opened at
+    once, as above, and on another fresh server once that server has said its warm-up finished (a user
+    who opens the page a few seconds after starting the dashboard). Last, on that warm server, the
+    Monitor page in a new tab of the same browser: server and browser cache warm, the browser's own
+    cost of a new tab (a new renderer process evaluates Streamlit's and Plotly's JavaScript again)."""
+    out = []
+    env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs))
+    drawn = "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5"
+    for label, warm in (("opened at once", False), ("opened once its start-up warm-up had finished", True)):
+        with chromium_on(Path("app.py"), ROOT, env, serve=True, after_warm_up=warm) as (page, url):
+            t0 = time.perf_counter()
+            page.goto(f"{url}/monitor?run={run_id}")
+            page.wait_for_function(drawn, timeout=120_000)
+            out.append((f"Chromium: Monitor, fresh server started by `python -m dashboard.serve`, {label}",
+                        time.perf_counter() - t0))
+            if warm:
+                time.sleep(1)
+                tab = page.context.new_page()  # same browser, same HTTP cache, a new renderer
+                t0 = time.perf_counter()
+                tab.goto(f"{url}/monitor?run={run_id}")
+                tab.wait_for_function(drawn, timeout=120_000)
+                out.append(("Chromium: Monitor in a new tab (server and browser cache warm)", time.perf_counter() - t0))
     return out
 
 
@@ -428,6 +476,7 @@ def main() -> int:
     steps = (lambda: data_loading(folder), lambda: apptest(runs, run_id))[: 2 if args.only == "all" else 0] + (
         lambda: individuals_loading(folder), lambda: apptest_individuals(runs, run_id))
     steps += ((lambda: browser(runs, run_id)),) * args.browser
+    steps += ((lambda: browser_starts(runs, run_id)),) * (args.browser and args.only == "all")
     steps += ((lambda: compare_parallel(folder)),) * args.compare_parallel
     for step in steps:
         got = step()

@@ -1,9 +1,10 @@
 """The dashboard's pages and navigation, set up by ``app.py`` (and by a page run on its own)."""
 from __future__ import annotations
 
-import os
+import importlib
 import sys
 import threading
+import time
 
 import streamlit as st
 
@@ -30,7 +31,7 @@ def _home() -> None:
 
 def setup():
     """Page config, ``st.navigation`` over :data:`PAGES` and the sidebar footer; returns the current page."""
-    warm_up_after_this_run()
+    start_warm_up()
     st.set_page_config(page_title="AbeBot", page_icon=":material/genetics:", layout="wide")
     pages = [st.Page(_home, title="AbeBot", url_path="home", default=True, visibility="hidden")]
     pages += [st.Page(path, title=title, icon=icon, url_path=url) for path, title, icon, url in PAGES]
@@ -64,7 +65,7 @@ def ensure_navigation() -> None:
 
 _WARMED = threading.Event()
 
-# What the pages import between them, cheapest first; scikit-learn (about 1 s on 2 cores) last.
+# What the pages import between them, cheapest first; scikit-learn (about 1 s of CPU) last.
 WARM_MODULES = (
     "pandas", "pyarrow.parquet", "duckdb", "plotly.graph_objects", "plotly.subplots", "plotly.io",
     "store.reader", "store.control", "store.queries", "core.backends", "core.config", "core.export",
@@ -74,49 +75,65 @@ WARM_MODULES = (
 )
 
 
-def warm_up() -> None:
-    """Import what the pages import and build one throwaway Plotly figure (Plotly loads its figure and
-    validator classes on first use): what the first visit of each page would otherwise pay. Errors are
-    left to the page that needs the module, which reports them itself."""
-    import importlib
+def _script_running() -> bool:
+    """Whether a Streamlit script run (a page being computed for a browser) is in progress."""
+    return any(t.name == "ScriptRunner.scriptThread" and t.is_alive() for t in threading.enumerate())
 
-    for name in WARM_MODULES:
+
+def _first_element_check() -> None:
+    """The first element a Streamlit process sends calls ``inspect.stack()`` once (to tell a REPL),
+    which maps every loaded module to its file: about 0.1 s with the modules above loaded."""
+    from streamlit import env_util
+
+    env_util.is_repl()
+
+
+def warm_up(announce: bool = False) -> float:
+    """Do once, in the background, what the first visit of a page would otherwise pay (about 1.5 s
+    of CPU in all): import what the pages import, build one throwaway Plotly figure (Plotly loads
+    its figure and validator classes on first use), Streamlit's one-off first-element check; then
+    ``gc.freeze()`` what is loaded by then, so that the full garbage collection Streamlit runs after
+    every script run (``runner.postScriptGC``) stops walking those 200,000 module-level objects each
+    time (0.1 s a run, measured; 0.06 s of it without scikit-learn). What is frozen is left to
+    reference counting alone: module-level objects, and under a bare ``streamlit run app.py`` also
+    whatever the first page still holds at that moment (a one-off, bounded by that page's caches).
+
+    Each step waits until no script run is in progress: two threads importing at once share one
+    interpreter lock, so warming up *during* a page's run slows that page by as much as it saves
+    the next (benchmarks/MONITOR_RESULTS.md, 2026-12-01). Errors are left to the page that needs
+    the module, which reports them itself. Returns the seconds it took."""
+    import gc
+
+    t0 = time.perf_counter()
+    steps = [lambda name=name: importlib.import_module(name) for name in WARM_MODULES]
+    steps.insert(WARM_MODULES.index("dashboard.charts") + 1,
+                 lambda: importlib.import_module("dashboard.charts").empty("warm-up").to_json())
+    steps += [_first_element_check, gc.freeze]
+    for step in steps:
+        while _script_running():
+            time.sleep(0.05)
         try:
-            importlib.import_module(name)
+            step()
         except Exception:  # noqa: BLE001
             pass
-        if name == "dashboard.charts":
-            try:
-                from dashboard import charts
-
-                charts.empty("warm-up").to_json()
-            except Exception:  # noqa: BLE001
-                pass
+    took = time.perf_counter() - t0
+    if announce:
+        print(f"AbeBot dashboard: warm-up finished in {took:.1f} s", file=sys.stderr, flush=True)
+    return took
 
 
-def warm_up_after_this_run() -> None:
-    """Start :func:`warm_up` once per server process, in a background thread, **after** the script
-    run that calls this (and any rerun it asks for) has finished.
+def start_warm_up(announce: bool = False) -> bool:
+    """Run :func:`warm_up` in a background thread, once per process (False if it was started before).
 
-    ``streamlit run app.py`` runs none of our code before the first browser session, so this is
-    the first chance; but warming up *during* that first run would compete with it for the GIL and
-    the two cores (importing scikit-learn alone is about 1 s of CPU): the first page measured
-    1 s slower with it (benchmarks/MONITOR_RESULTS.md, 2026-12-01 06:00). Instead the thread
-    waits for the script thread to end, then warms up while the browser draws the first page, so
-    that the next page visited (and every session after) finds everything imported.
+    ``python -m dashboard.serve`` (what ``scripts/dashboard.sh`` runs) starts it with the server,
+    before any browser connects. Under a bare ``streamlit run app.py`` none of our code runs before
+    the first browser session, so :func:`setup` starts it then, and it begins once that first run
+    has finished: the first page pays its own imports, the pages after it do not. Not under
+    AppTest (tests, benchmarks/monitor_render.py): that process is no server, and a warm-up there
+    would only run beside what it measures.
     """
-    if _WARMED.is_set():
-        return
+    if _WARMED.is_set() or "streamlit.testing.v1.local_script_runner" in sys.modules:
+        return False
     _WARMED.set()
-    script = threading.current_thread()
-
-    def after_run() -> None:
-        if script is not threading.main_thread():  # a Streamlit script thread ends with its run
-            script.join()
-        try:  # Linux: this thread only, at the lowest priority (a browser on this machine draws the page)
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (AttributeError, OSError):
-            pass
-        warm_up()
-
-    threading.Thread(target=after_run, name="warm-up", daemon=True).start()
+    threading.Thread(target=warm_up, args=(announce,), name="warm-up", daemon=True).start()
+    return True

@@ -27,4 +27,5 @@ fi
 "$PY" -m pip install -q --disable-pip-version-check -r requirements.txt
 export ABEBOT_RUNS_DIR=${ABEBOT_RUNS_DIR:-$PWD/runs}
 mkdir -p "$ABEBOT_RUNS_DIR"
-exec "$PY" -m streamlit run app.py "$@"
+# `streamlit run app.py`, plus a warm-up of the pages' imports at server start (dashboard/serve.py)
+exec "$PY" -m dashboard.serve "$@"

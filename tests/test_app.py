@@ -1032,3 +1032,57 @@ def test_check_page_runs_core_check_under_the_device_lock(runs):
     with hold_device(runs, "c", 0, "test holder"):
         at.button(key="check_run").click().run(timeout=120)
     assert any("test holder" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_warm_up_waits_while_a_page_is_being_computed(monkeypatch):
+    """The background warm-up (dashboard.nav.warm_up) never competes with a script run for the GIL."""
+    import gc
+    import threading
+    import time
+
+    from dashboard import nav
+
+    done = []
+    monkeypatch.setattr(nav, "WARM_MODULES", ("json", "dashboard.charts"))
+    monkeypatch.setattr(nav, "_first_element_check", lambda: done.append("check"))
+    monkeypatch.setattr(gc, "freeze", lambda: done.append("freeze"))
+    release = threading.Event()
+    script = threading.Thread(target=release.wait, name="ScriptRunner.scriptThread")  # Streamlit's name for it
+    script.start()
+    warm = threading.Thread(target=nav.warm_up)
+    warm.start()
+    time.sleep(0.3)
+    assert warm.is_alive() and not done
+    release.set()
+    script.join()
+    warm.join(timeout=30)
+    assert not warm.is_alive() and done == ["check", "freeze"]
+
+
+def test_dashboard_serve_starts_streamlit_and_warms_up_at_start(tmp_path):
+    """`python -m dashboard.serve` (what scripts/dashboard.sh runs) serves app.py and says when the
+    pages' imports are done, before any browser has connected."""
+    import os
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "dashboard.serve", "--server.port", str(port),
+                                 "--server.headless", "true"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, ABEBOT_RUNS_DIR=str(tmp_path / "runs")), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while "warm-up finished" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert "warm-up finished" in log.read_text(), log.read_text()
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).read() == b"ok"
+        assert "No runtime found" not in log.read_text()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
