@@ -19,7 +19,7 @@ from dashboard.devices import device_choices
 from dashboard.settings import runs_dir
 
 ui.ensure_navigation()
-FIELDS_HELP = {name: FIELDS[name].metadata["help"] for name in ("devices", "cluster")}
+FIELDS_HELP = {name: FIELDS[name].metadata["help"] for name in ("devices", "cluster", "start_from")}
 
 st.title("Launch a run")
 st.caption("Evolve a kernel with a genetic algorithm. The run is a separate process: closing this tab or "
@@ -102,6 +102,9 @@ with st.container(border=True):
             values[name] = number(cols[i % 3], name)
         values["cluster"] = st.text_input("Dask cluster", key="launch_cluster", placeholder="tcp://scheduler:8786 or local:2",
                                           help=FIELDS_HELP["cluster"]).strip()
+        earlier = L.start_from_choices(runs, workload_name, device["backend"])
+        values["start_from"] = ",".join(st.multiselect("Start from runs (warm start)", earlier, key="launch_start_from",
+                                                       help=FIELDS_HELP["start_from"]))
     submitted = st.button("Start run", type="primary", key="launch_start")
 
 if submitted:

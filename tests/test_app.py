@@ -192,6 +192,18 @@ def test_the_terminal_command_follows_the_form_before_it_is_submitted(runs):
     assert run_folders(runs) == []
 
 
+def test_the_form_warm_starts_from_a_run_of_the_same_workload_and_backend(populated):
+    runs_dir, run_id = populated
+    at = app()
+    choice = at.multiselect(key="launch_start_from")
+    assert choice.options == [run_id]  # the finished gemm run on the CPU, the form's default workload and device
+    choice.set_value([run_id]).run()
+    command = next(c.value for c in at.code if " -m core run " in c.value)
+    assert f"--start-from {run_id}" in command
+    at.selectbox(key="launch_workload").set_value("rmsnorm").run()
+    assert at.multiselect(key="launch_start_from").options == []  # no rmsnorm run to start from
+
+
 def test_the_form_spreads_a_cpu_run_over_core_sets_and_names_a_cluster(runs):
     at = app()
     at.number_input(key="launch_core_sets").set_value(2).run()
