@@ -117,10 +117,9 @@ def build_config(values: dict[str, Any]) -> RunConfig:
 def start_from_choices(runs: Path, workload: str, backend: str) -> list[str]:
     """Runs a new run of ``workload`` on ``backend`` may warm-start from (``--start-from``): those
     of the same workload and backend in ``runs``, newest first."""
-    from store.runs import list_runs
+    from dashboard.runs import all_runs
 
-    same = [r for r in list_runs(runs) if r.get("workload") == workload and r.get("backend") == backend]
-    return [r["run_id"] for r in sorted(same, key=lambda r: str(r.get("created_at") or ""), reverse=True)]
+    return [r["run_id"] for r in all_runs(runs) if r.get("workload") == workload and r.get("backend") == backend]
 
 
 def run_args(cfg: RunConfig) -> list[str]:

@@ -28,9 +28,7 @@ def _warm_when_served() -> None:
         time.sleep(0.05)
     from dashboard import nav
 
-    if not nav._WARMED.is_set():
-        nav._WARMED.set()
-        nav.warm_up(announce=True)
+    nav.start_warm_up(announce=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core.genome import GeneSpace
-from core.workloads.w4a16 import cuda, cuda_genes, cuda_mma
+from core.workloads.w4a16 import cuda, cuda_genes, cuda_mma, cuda_ring
 from core.workloads.rmsnorm_w4a16 import cuda as fused_cuda
 
 
@@ -124,6 +124,6 @@ def test_registers_and_shared_memory_bound_the_tiles():
     assert "registers" in cuda_mma.fits(big)
     # the same words through a cp.async ring: no registers for them, but 8 stages x 8 steps x 4 uint4 a lane
     ring = big.replace("memory_pattern", "stages", 8).replace("register_allocation", "pipeline", "off")
-    assert cuda_mma.ring_bytes(ring) == 8 * 8 * (4 + 2) * 256 * 16 and "ring" in cuda_mma.fits(ring)
+    assert cuda_ring.ring_bytes(ring) == 8 * 8 * (4 + 2) * 256 * 16 and "ring" in cuda_mma.fits(ring)
     wide = Genome.from_json({**seed.to_dict(), "parallel_config": {"threads": 1024, "ksplit": 32, "rows_per_block": 1, "kblocks": 1}})
     assert cuda_mma.shared_bytes(wide) == 31 * 4 * 512 and "shared memory" in cuda_mma.fits(wide)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome
 from core.workloads.w4a16 import cuda as w4a16_cuda
-from core.workloads.w4a16 import cuda_mma
+from core.workloads.w4a16 import cuda_ring
 from core.workloads.w4a16 import cuda_genes as w4a16_genes
 from core.workloads.w4a16.cuda import CudaW4A16Template, render_source
 
@@ -38,12 +38,10 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
                          canonicalisers=w4a16_genes.CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
-        base, norm = super().render(genome), genome["instruction_sequence"]["norm"]
-        ring = cuda_mma.ring_bytes(genome, norm)  # (x stays out of the ring: gamma and 1 / rms go on it)
-        resources = {**base.resources, "shared_bytes": _shared_bytes(genome) + ring}
-        launch = {**base.launch, "dynamic_shared_bytes": ring} if "dynamic_shared_bytes" in base.launch else base.launch
-        source = render_source(genome, self.problem, norm=norm)
-        return KernelSource("cuda", source, "abebot_rmsnorm_w4a16", base.flags, launch, resources)
+        base = super().render(genome)
+        resources = {**base.resources, "shared_bytes": _shared_bytes(genome) + cuda_ring.ring_bytes(genome)}
+        source = render_source(genome, self.problem, norm=genome["instruction_sequence"]["norm"])
+        return KernelSource("cuda", source, "abebot_rmsnorm_w4a16", base.flags, base.launch, resources)
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         lp = kernel.launch_params

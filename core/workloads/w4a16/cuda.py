@@ -39,7 +39,7 @@ from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import GeneSpace, Genome
 from core.workloads.template import Template
-from core.workloads.w4a16 import cuda_mma, cuda_norm
+from core.workloads.w4a16 import cuda_mma, cuda_norm, cuda_ring
 from core.workloads.w4a16.cuda_genes import (CANONICALISERS, fits, gene_groups, launch_bounds, register_cap, seeds,
                                              shared_bytes, thread_floats)
 
@@ -57,7 +57,7 @@ class CudaW4A16Template(Template):
     def render(self, genome: Genome) -> KernelSource:
         if genome["instruction_sequence"]["math"] == "mma":
             resources = {"threads": genome["parallel_config"]["threads"],
-                         "shared_bytes": shared_bytes(genome) + cuda_mma.ring_bytes(genome),
+                         "shared_bytes": shared_bytes(genome) + cuda_ring.ring_bytes(genome),
                          "registers": min(register_cap(genome), 40 + cuda_mma.registers(genome))}
             return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",),
                                 cuda_mma.launch(genome), resources)

@@ -27,7 +27,8 @@ splitting K by chunks of ``batch`` steps, added up through shared memory in a fi
 * memory_pattern -- vec (4 vec n8 tiles a warp: 32 vec columns), the cache hints of both loads;
   stages: 0 loads the words into registers; S > 0 keeps S chunks in flight through a ring in
   dynamic shared memory filled by ``cp.async`` (with the x rows too when they come first and no
-  norm is fused), so the bytes in flight no longer cost registers (Marlin's reason for its pipeline);
+  norm is fused; :mod:`cuda_ring`), so the bytes in flight no longer cost registers (Marlin's reason
+  for its pipeline);
 * register_allocation -- batch (K steps of 32 loaded before their math), pipeline (the next chunk's
   loads issued before this chunk's math; the ring replaces it), min_blocks (``__launch_bounds__``), scale: ``word`` multiplies each group's float32 partial
   sums by the scale (exact; twice the accumulators), ``weight`` scales the weights in the 16-bit
@@ -42,11 +43,11 @@ from typing import Any
 
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import Genome, with_gene
+from core.workloads.w4a16 import cuda_ring
 
 PACKED = "qweight_mma"  # the repacked words' name in bind()'s tensors
 MAX_REGS = 168  # accumulators, words in flight and x fragments per thread
 SMEM_LIMIT = 48 * 1024
-RING_LIMIT = 160 * 1024  # with the reduction's 48 KB, under the 227 KB a block may opt in to
 TYPES = ("bfloat16", "float16")  # the activations mma.sync takes here
 # per type: the magic (lop3 with 0x000F000F makes magic + q in each half), magic's value, the mma's
 # type, the float pair conversion and the pair (1, 1)
@@ -71,7 +72,7 @@ def canonical(g: Genome) -> Genome:
     g = with_gene(g, "memory_pattern", "layout", "gptq")  # (its own repacked layout)
     if g["memory_pattern"]["stages"]:  # the ring is the pipeline, and cp.async its loads' only hint
         g = with_gene(with_gene(g, "register_allocation", "pipeline", "off"), "memory_pattern", "w_load", "")
-        if _x_in_ring(g, g["instruction_sequence"].get("norm")):
+        if cuda_ring.x_in_ring(g):
             g = with_gene(g, "memory_pattern", "x_load", "")
     g = with_gene(g, "parallel_config", "ksplit", min(g["parallel_config"]["ksplit"], warps))
     g = with_gene(g, "parallel_config", "rows_per_block", 1)  # (16 rows: the mma's)
@@ -94,24 +95,10 @@ def shared_bytes(g: Genome) -> int:
     return (s["wk"] - 1) * s["wn"] * s["nt"] * 4 * 32 * 4
 
 
-def ring_bytes(g: Genome, norm: str | None = None) -> int:
-    """The cp.async ring's dynamic shared memory: ``stages`` chunks of every lane's words (and of
-    its two rows of x when the x fragments come with the words, without a fused norm)."""
-    if g["instruction_sequence"]["math"] != "mma":
-        return 0
-    s = shape_of(g)
-    per_step = s["nt"] // 4 + (2 if _x_in_ring(g, norm) else 0)
-    return g["memory_pattern"]["stages"] * g["register_allocation"]["batch"] * per_step * 32 * s["warps"] * 16
-
-
-def _x_in_ring(g: Genome, norm: str | None) -> bool:
-    return bool(g["memory_pattern"]["stages"]) and g["instruction_sequence"]["first"] == "x" and not norm
-
-
 def fits(g: Genome) -> str | None:
     """Why the mma kernel of ``g`` cannot run, or None."""
-    if ring_bytes(g) > RING_LIMIT:
-        return f"a cp.async ring of {ring_bytes(g)} B (> {RING_LIMIT})"
+    if cuda_ring.ring_bytes(g) > cuda_ring.RING_LIMIT:
+        return f"a cp.async ring of {cuda_ring.ring_bytes(g)} B (> {cuda_ring.RING_LIMIT})"
     if registers(g) > MAX_REGS:
         return f"{registers(g)} registers of accumulators, words and fragments (> {MAX_REGS})"
     if shared_bytes(g) > SMEM_LIMIT:
@@ -119,11 +106,11 @@ def fits(g: Genome) -> str | None:
     return None
 
 
-def launch(g: Genome, norm: str | None = None) -> dict:
+def launch(g: Genome) -> dict:
     """What :meth:`bind` and :meth:`repack` read: the block, its columns, the tile width."""
     s = shape_of(g)
     return {"math": "mma", "threads": 32 * s["warps"], "cols": s["cols"], "kblocks": s["kb"], "rows_per_block": 16,
-            "dynamic_shared_bytes": ring_bytes(g, norm)}
+            "dynamic_shared_bytes": cuda_ring.ring_bytes(g)}
 
 
 def grid(lp: dict, m: int, n: int) -> tuple[int, int, int]:
@@ -191,7 +178,7 @@ def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, ent
         c2_once = ""
     else:
         c2, c2_once = "", f"\n    const unsigned c2 = pack2({base + 8}.f, {base + 8}.f);"
-    stages, x_ring = m["stages"], _x_in_ring(g, norm)
+    stages, x_ring = m["stages"], cuda_ring.x_in_ring(g) and not norm  # (the norm goes on x as it is loaded)
     load = _load_chunk(m["w_load"], norm, x_first and not x_ring, words=not stages)
     if x_first:
         frag_at = "            const unsigned *fr = xf[u];"
@@ -200,10 +187,10 @@ def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, ent
                    + _frag_lines("            ", "fr", norm).rstrip("\n"))
     bufs = "uint4 {w}[B][NB4];" + (" unsigned {x}[B][8];" if x_first else "")
     if stages:  # the ring: the chunk's words from shared memory, the chunk S ahead issued after its math
-        before_loop = _RING_START
-        top = ("        " + bufs.format(w="w", x="xf") + "\n        cp_async_wait<S - 1>();\n" + _RING_READ
-               + (_RING_READ_X if x_ring else "") + load.format(w="w", x="xf", start="s0"))
-        bottom = _RING_NEXT
+        before_loop = cuda_ring.START
+        top = ("        " + bufs.format(w="w", x="xf") + "\n        cp_async_wait<S - 1>();\n" + cuda_ring.READ
+               + (cuda_ring.READ_X if x_ring else "") + load.format(w="w", x="xf", start="s0"))
+        bottom = cuda_ring.NEXT
     elif prefetch:
         before_loop = "    " + bufs.format(w="w", x="xf") + "\n" + load.format(w="w", x="xf", start="first * B")
         top = "        " + bufs.format(w="nxt", x="xn") + "\n" + load.format(w="nxt", x="xn", start="s0 + stride * B")
@@ -331,52 +318,6 @@ extern "C" __global__ void {bounds}
         }}
 }}
 """
-
-
-# The ring (stages > 0): ring[slot][u][i][thread] is uint4 i of step u of the chunk in ``slot``: its
-# NB4 words, then (XR = 2) its x rows g and g + 8 (zeros past M). Each lane reads back only what it
-# copied itself, so no barrier: the wait for its own copies is enough. The S first chunks are
-# issued before the loop; chunk c + S * stride goes, after chunk c's math, to the slot chunk c has
-# left; a group is committed even when empty, so the wait counts stay exact.
-_RING_ISSUE = """if ({c} < chunks)
-#pragma unroll
-        for (int u = 0; u < B; ++u) {
-#pragma unroll
-            for (int i = 0; i < NB4; ++i)
-                cp_async16(ring + (({slot} * B + u) * (NB4 + XR) + i) * THREADS + threadIdx.x,
-                           wp + ((long long)i * KS + min({c} * B + u, KS - 1)) * 32);
-#if XR
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                cp_async16(ring + (({slot} * B + u) * (NB4 + XR) + NB4 + h) * THREADS + threadIdx.x,
-                           xr[h] + (long long)min({c} * B + u, KS - 1) * 32, ok[h]);
-#endif
-        }
-    asm volatile("cp.async.commit_group;" ::: "memory");"""
-_RING_START = ("""    extern __shared__ uint4 ring[];
-    int slot = 0, ahead = first;
-#pragma unroll
-    for (int r = 0; r < S; ++r, ahead += stride) {
-        """ + _RING_ISSUE.replace("{c}", "ahead").replace("{slot}", "r") + """
-    }
-""")
-_RING_READ = """#pragma unroll
-        for (int u = 0; u < B; ++u)
-#pragma unroll
-            for (int i = 0; i < NB4; ++i) w[u][i] = ring[((slot * B + u) * (NB4 + XR) + i) * THREADS + threadIdx.x];
-"""
-_RING_READ_X = """#pragma unroll
-        for (int u = 0; u < B; ++u) {
-            const uint4 x0 = ring[((slot * B + u) * (NB4 + XR) + NB4) * THREADS + threadIdx.x],
-                        x1 = ring[((slot * B + u) * (NB4 + XR) + NB4 + 1) * THREADS + threadIdx.x];
-            xf[u][0] = x0.x; xf[u][1] = x1.x; xf[u][2] = x0.y; xf[u][3] = x1.y;
-            xf[u][4] = x0.z; xf[u][5] = x1.z; xf[u][6] = x0.w; xf[u][7] = x1.w;
-        }
-"""
-_RING_NEXT = ("""
-        """ + _RING_ISSUE.replace("{c}", "ahead").replace("{slot}", "slot") + """
-        ahead += stride;
-        slot = slot + 1 == S ? 0 : slot + 1;""")
 
 
 def _load_chunk(hint: str, norm: str | None, x_first: bool, words: bool = True) -> str:
