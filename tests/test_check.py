@@ -214,11 +214,16 @@ def test_a_kernel_nondeterministic_within_tolerance_is_ok_but_not_fully_stable(g
 def test_a_memo_padded_to_just_above_the_memory_floor_is_suspect(gemm_compute_bound):
     checker = gemm_compute_bound
     roof = rooflines(checker.baseline, checker.min_bytes, checker.flops, None)
-    spin_us = 1.2 * roof["memory_us"]  # just above a byte-only roofline
-    assert roof["suspect_below_us"] and spin_us < roof["suspect_below_us"], \
-        f"no room between the memory floor and the compute floor here: {roof}"
-    r = cheat(checker, "gemm_padded_to_memory_floor", SPIN_NS=int(spin_us * 1000))
-    assert r["status"] == "suspect", verdict(r)
+    floor = roof["suspect_below_us"]
+    assert floor and roof["memory_us"] < floor, f"no room between the memory floor and the compute floor here: {roof}"
+    spin_us = (roof["memory_us"] * floor) ** 0.5  # above a byte-only roofline, well below the suspect floor
+    for _ in range(3):
+        r = cheat(checker, "gemm_padded_to_memory_floor", SPIN_NS=int(spin_us * 1000))
+        # A loaded moment can stretch the cheat to the floor (the protocol then rightly lets it pass, and a
+        # re-measure of the peaks may lower the floor): only a time clearly below the floor is a verdict on us.
+        if r["status"] == "suspect" or r["time_us"] < 0.8 * floor:
+            break
+    assert r["status"] == "suspect", f"{verdict(r)}; {roof}"
     assert r["time_us"] >= roof["memory_us"], verdict(r)
 
 
