@@ -46,12 +46,17 @@ def rss_slopes(samples: list[dict], warmup_s: float = 20.0, min_span: int = 50) 
         if len(rows) < 3 or rows[-1]["generation"] - rows[0]["generation"] < min_span:
             continue
         xs, ys = [r["generation"] for r in rows], [r["rss_bytes"] for r in rows]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        var = sum((x - mx) ** 2 for x in xs)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
+        half = next(i for i, x in enumerate(xs) if x - xs[0] >= (xs[-1] - xs[0]) / 2)
         out.append({"segment": seg, "generations": f"{xs[0]}-{xs[-1]}", "span": xs[-1] - xs[0], "rss_start": ys[0], "rss_end": ys[-1],
-                    "rss_per_1000": slope * 1000})
+                    "rss_per_1000": _slope(xs, ys) * 1000, "rss_per_1000_late": _slope(xs[half:], ys[half:]) * 1000})
     return out
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ``ys`` over ``xs`` (0 with fewer than two distinct xs)."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
 
 
 def _mb(n: float) -> str:
@@ -130,16 +135,21 @@ def write_report(res, opts, soak, path: Path) -> None:
           f"{b['footprint_per_data']:.2f} | {_mb(b['live_per_1000'])} | {_mb(b['rss_max'])} |" for b in blocks], "",
         "Worker RSS inside one process (each kill starts a new one; least squares after 20 s of warm-up, segments "
         "of at least 50 generations; short segments still include the warm-up of caches):", "",
-        "| process | generations | RSS after warm-up | RSS at end | RSS growth per 1,000 gen |", "|---|---|---|---|---|",
+        "| process | generations | RSS after warm-up | RSS at end | RSS growth per 1,000 gen | same, second half |",
+        "|---|---|---|---|---|---|",
         *[f"| {s['segment']} | {s['generations']} | {_mb(s['rss_start'])} | {_mb(s['rss_end'])} | "
-          f"{_mb(s['rss_per_1000'])} |" for s in slopes], "",
+          f"{_mb(s['rss_per_1000'])} | {_mb(s['rss_per_1000_late'])} |" for s in slopes], "",
         *([f"In the longest process ({longest['generations']}) the worker's RSS grew by "
-           f"{longest['rss_per_1000'] / (opts.population * 1000) / 1e3:.1f} kB per individual stored, against "
-           f"{sum(logical.values()) / inds / 1e3:.1f} kB of data per individual. Part of it is by design: the "
-           "worker keeps the latest measurement of every genome of the run in memory (`GAContext.known`, loaded "
-           "whole on resume) so that no genome is evaluated twice; loaded from this run's database that dict takes "
-           f"{known_per_genome / 1e3:.1f} kB per genome (tracemalloc). The rest is not attributed here (DuckDB's "
-           "buffer cache and the Python heap are candidates).", ""] if longest and inds else []),
+           f"{_per_individual(longest['rss_per_1000'], opts.population)} kB per individual stored over the whole "
+           f"process and by {_per_individual(longest['rss_per_1000_late'], opts.population)} kB over its second "
+           f"half, against {sum(logical.values()) / inds / 1e3:.1f} kB of data per individual. The worker holds "
+           "in memory the hash of every genome of the run, so that none is evaluated twice, and the measures "
+           "of the population only (`core/known.py`); a committed measure is read back from the database when "
+           f"needed. Those hashes take {known_per_genome:.0f} bytes per genome (tracemalloc, this run's genomes). "
+           "Most of the rest is DuckDB's own memory in the writer (its buffer cache and the data not yet "
+           "checkpointed), which rises over the first several hundred generations of a process and then levels "
+           "off: `python benchmarks/writer_memory.py` replays a run into a fresh RunWriter and prints the "
+           "writer's RSS as it goes.", ""] if longest and inds else []),
         "## Checks", "", *[f"- {c}" for c in res.checks], "",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,20 +161,23 @@ def write_report(res, opts, soak, path: Path) -> None:
 
 
 def _known_bytes(con) -> float:
-    """Bytes per genome of the dict a resumed worker builds from the store (RunWriter.evaluations)."""
+    """Bytes per genome of what a worker keeps of every genome of the run: the hashes in its
+    :class:`core.known.KnownMeasures` (built as a resumed worker builds it, with nothing held)."""
     import tracemalloc
 
-    from store.schema import select_list
+    from core.known import KnownMeasures
 
     tracemalloc.start()
-    try:
-        rows = con.sql(f"SELECT {select_list('individuals')} FROM individuals QUALIFY row_number() OVER "
-                       "(PARTITION BY genome_hash ORDER BY generation DESC) = 1").to_arrow_table().to_pylist()
-        known = {r["genome_hash"]: r for r in rows}
+    try:  # the hashes are read inside the trace: the worker's set owns its strings
+        known = KnownMeasures(None, (r[0] for r in con.execute("SELECT DISTINCT genome_hash FROM individuals").fetchall()))
         used = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
-    return used / len(known) if known else 0.0
+    return used / len(known) if len(known) else 0.0
+
+
+def _per_individual(rss_per_1000_generations: float, population: int) -> str:
+    return f"{rss_per_1000_generations / (population * 1000) / 1e3:.1f}"
 
 
 def _size(p: Path) -> int:

@@ -32,6 +32,7 @@ import numpy as np
 from core.config import RunConfig
 from core.fitness import crowding_distance, objectives, pareto_ranks, score
 from core.genome import GeneSpace, Genome
+from core.known import KnownMeasures
 from core.operators import crossover, flat_genes, make_valid, mutate
 from core.retiming import champion_figures, first_measure, measure_generation, remeasured, unique, with_reference
 
@@ -70,7 +71,7 @@ class GAContext:
     baseline: Mapping  # the current generation's baseline record: the library's measurement of every objective,
     # plus ``reference`` (the median of ``baseline_times``) once a generation has timed it
     evaluate: EvaluateFn
-    known: dict[str, dict] = field(default_factory=dict)  # genome hash -> measure, over the whole run
+    known: KnownMeasures = field(default_factory=KnownMeasures)  # genome hash -> measure, over the whole run
     retime: EvaluateFn | None = None  # measures elites again (not new evaluations); None: they keep theirs
     remeasure: Callable[[], Mapping] | None = None  # times the baselines; None: ``baseline`` never changes
     compile_ahead: Callable[[list], None] | None = None  # starts compiling genomes about to be evaluated

@@ -30,6 +30,7 @@ from core.config import RunConfig
 from core.diskspace import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, gib as _gib
 from core.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
 from core.genome import Genome
+from core.known import KnownMeasures
 from core.retiming import baseline_summary, champion_figures, describe, time_samples
 
 HEARTBEAT_EVERY_S = 5.0
@@ -120,7 +121,7 @@ class RunWorker:
                 return pending.pop() if pending else evaluator.remeasure_baselines()
 
             ctx = GAContext(self.config, evaluator.template.gene_space(), measured, self._counting(evaluator.evaluate),
-                            known={h: _compact(m) for h, m in self.writer.evaluations().items()},
+                            known=known_measures(self.writer),
                             retime=self._retiming(evaluator.evaluate),
                             remeasure=remeasure, log=self.log,
                             compile_ahead=getattr(evaluator, "compile_ahead", None))
@@ -311,13 +312,11 @@ class RunWorker:
             self.disk.committed(before)
             break
         self.baseline_name = baseline.get("primary", self.baseline_name)
-        compacted: dict[str, dict] = {}
-        for ind in population:  # the generation is in the store: every genome's measure is kept compact from now on
-            if ind.hash not in compacted:
-                compacted[ind.hash] = _compact(ind.measure)
-                if ind.hash in ctx.known:
-                    ctx.known[ind.hash] = compacted[ind.hash]
-            ind.measure = compacted[ind.hash]
+        # The generation is in the store: only the population's measures stay in memory, compact.
+        hashes = [i.hash for i in population]
+        ctx.known.committed(stored=hashes, keep=hashes)
+        for ind in population:
+            ind.measure = ctx.known[ind.hash]
         self.heartbeat(generation=generation, elapsed_s=elapsed, evaluations=evaluations,
                        evals_per_s=summary["evals_per_s"], phase="")
         best = max(population, key=lambda i: i.fitness)
@@ -352,8 +351,9 @@ def _rebuild(saved: list[dict], ctx: GAContext, baseline: dict | None) -> list[I
     missing = [i.hash for i in pop if i.hash not in ctx.known]
     if missing:
         raise RuntimeError(f"stored state names genomes with no stored measurements: {missing[:3]}")
+    measures = ctx.known.load(i.hash for i in pop)  # one read of the store for the whole population
     for ind in pop:
-        ind.measure = ctx.known[ind.hash]
+        ind.measure = measures[ind.hash]
     if baseline:
         ctx.baseline = baseline
     return _score(pop, ctx)
@@ -371,6 +371,12 @@ _KEPT = ("status", "cause", "time_us", "time_spread_us", "memory_bytes", "extra_
          "steadiness", "error_margin", "device", "device_time_us", "repack_us")
 _AS_TEXT = {"resources": lambda v: _json_text(v), "phases": lambda v: _json_text(v),
             "shape_errors": lambda v: _json_list(v)}
+
+
+def known_measures(writer: Any) -> KnownMeasures:
+    """Every genome stored by ``writer`` (a :class:`store.writer.RunWriter`); their measures are read
+    back, compact, when needed."""
+    return KnownMeasures(writer.evaluations, writer.genome_hashes(), _compact)
 
 
 def _compact(measure: dict) -> dict:

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import duckdb
 import pyarrow as pa
@@ -199,14 +199,23 @@ class RunWriter:
             row = _one(self._db, "SELECT generation, state FROM ga_state ORDER BY generation DESC LIMIT 1")
         return (int(row[0]), json.loads(row[1])) if row else None
 
-    def evaluations(self) -> dict[str, dict]:
-        """genome_hash -> its latest stored row (measurements and all), to skip re-evaluating after a restart."""
+    def evaluations(self, hashes: Iterable[str] | None = None) -> dict[str, dict]:
+        """genome_hash -> its latest stored row (measurements and all), for every genome of the run or
+        only those in ``hashes``; a hash never stored is absent."""
+        where, params = "", []
+        if hashes is not None:
+            where, params = "WHERE list_contains(?, genome_hash) ", [list(hashes)]
         with self._mutex:
             rows = self._db.sql(
-                f"SELECT {select_list('individuals')} FROM individuals "
-                "QUALIFY row_number() OVER (PARTITION BY genome_hash ORDER BY generation DESC) = 1"
+                f"SELECT {select_list('individuals')} FROM individuals {where}"
+                "QUALIFY row_number() OVER (PARTITION BY genome_hash ORDER BY generation DESC) = 1", params=params
             ).to_arrow_table().to_pylist()
         return {r["genome_hash"]: r for r in rows}
+
+    def genome_hashes(self) -> set[str]:
+        """Every genome hash stored in the run (what a restarted worker must not evaluate again)."""
+        with self._mutex:
+            return {r[0] for r in self._db.execute("SELECT DISTINCT genome_hash FROM individuals").fetchall()}
 
     def baseline_times(self, through: int | None = None) -> list[float]:
         """Every committed generation's baseline time (``baseline_time_us``, µs), in generation order,

@@ -16,6 +16,7 @@ import pytest
 
 from core.config import RunConfig
 from core.ga import GAContext, Individual, _evaluate_and_score, initial_population, step, summarise
+from core.known import KnownMeasures
 from core.retiming import (NOISY_REL_SPREAD, baseline_summary, combine, describe, measure_generation, remeasured,
                            time_samples, with_reference)
 from store import RunReader, RunWriter, new_run_id
@@ -257,7 +258,7 @@ def test_a_kernel_first_timed_in_a_slow_baseline_generation_does_not_outrank_a_f
 def test_a_resumed_run_keeps_the_reference_history(tmp_path):
     """Stopped after generation 3 and resumed: the reference goes on over every generation's baseline,
     as in the run that never stopped."""
-    from core.worker import RunWorker
+    from core.worker import RunWorker, known_measures
 
     def run(name, generations, resume_from=None):
         cfg = RunConfig(population=6, generations=generations, elites=2, seed=4, weights={"time": 1.0})
@@ -266,7 +267,7 @@ def test_a_resumed_run_keeps_the_reference_history(tmp_path):
         else:
             w = RunWriter.open(tmp_path / name)
         machine = SwingingBaseline(start=resume_from or 0)
-        ctx = GAContext(cfg, toy_space(), record(50.0), machine.evaluate, known=w.evaluations(),
+        ctx = GAContext(cfg, toy_space(), record(50.0), machine.evaluate, known=known_measures(w),
                         retime=machine.retime, remeasure=machine.remeasure)
         try:
             assert RunWorker(w, cfg, tmp_path / name, tmp_path, echo=None)._generations(ctx, lambda _: None) == 0
@@ -401,7 +402,7 @@ def test_a_resumed_population_is_rescored_against_its_own_generations_baseline()
     stored = {i.hash: {**i.measure, "time_samples_us": json.dumps(i.measure.get("time_samples_us", []))} for i in pop}
     state = [{"genome": i.genome.to_dict(), "origin": i.origin, "parents": list(i.parents)} for i in pop]
     cfg = RunConfig(population=4, generations=10, elites=2, weights={"time": 1.0})
-    fresh = GAContext(cfg, toy_space(), record(999.0), fake.evaluate, known=stored)
+    fresh = GAContext(cfg, toy_space(), record(999.0), fake.evaluate, known=KnownMeasures(lambda hs: {h: stored[h] for h in hs}, stored))
     rebuilt = _rebuild(state, fresh, record(100.0))
     assert [i.fitness for i in rebuilt] == pytest.approx([i.fitness for i in pop])
 
