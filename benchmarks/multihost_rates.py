@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import random
 import statistics
 import sys
@@ -103,11 +104,14 @@ def measure(workload: str, backend: str, population: int, generations: int, runs
     ends: list[tuple[float, float]] = []  # (when the commit returned, evaluation stand-in time so far)
     real_commit = writer.commit_generation
 
+    rss: list[int] = []  # the process's resident memory after each commit
+
     def timed_commit(*a, **k):
         t0 = time.perf_counter()
         real_commit(*a, **k)
         commits.append(time.perf_counter() - t0)
         ends.append((time.perf_counter(), made[0].evaluate_s))
+        rss.append(int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
 
     writer.commit_generation = timed_commit
     t0 = time.perf_counter()
@@ -132,6 +136,12 @@ def measure(workload: str, backend: str, population: int, generations: int, runs
         "commits_per_s": len(steady) / sum(steady), "db_bytes_per_generation": db.stat().st_size / len(commits),
         "live_bytes_per_generation": live / len(commits),
         "request_bytes_mean": statistics.mean(fake.request_bytes), "reply_bytes_mean": statistics.mean(fake.reply_bytes),
+        # memory: RSS after the first and last commits, and its growth per individual over the second half of
+        # the run (least squares), against the database's bytes per individual
+        "rss_first_mb": rss[0] / 1e6, "rss_last_mb": rss[-1] / 1e6,
+        "rss_growth_bytes_per_individual": statistics.linear_regression(
+            range(len(rss) // 2, len(rss)), rss[len(rss) // 2:]).slope / population,
+        "db_bytes_per_individual": db.stat().st_size / (len(commits) * population),
     }
 
 

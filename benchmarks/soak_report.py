@@ -8,6 +8,7 @@ to this module), with the soak's work folder still there::
 from __future__ import annotations
 
 import platform
+import statistics
 import time
 from pathlib import Path
 
@@ -54,9 +55,7 @@ def rss_slopes(samples: list[dict], warmup_s: float = 20.0, min_span: int = 50) 
 
 def _slope(xs: list[float], ys: list[float]) -> float:
     """Least-squares slope of ``ys`` over ``xs`` (0 with fewer than two distinct xs)."""
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    var = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
+    return statistics.linear_regression(xs, ys).slope if len(set(xs)) > 1 else 0.0
 
 
 def _mb(n: float) -> str:
@@ -146,10 +145,10 @@ def write_report(res, opts, soak, path: Path) -> None:
            "in memory the hash of every genome of the run, so that none is evaluated twice, and the measures "
            "of the population only (`core/known.py`); a committed measure is read back from the database when "
            f"needed. Those hashes take {known_per_genome:.0f} bytes per genome (tracemalloc, this run's genomes). "
-           "Most of the rest is DuckDB's own memory in the writer (its buffer cache and the data not yet "
-           "checkpointed), which rises over the first several hundred generations of a process and then levels "
-           "off: `python benchmarks/writer_memory.py` replays a run into a fresh RunWriter and prints the "
-           "writer's RSS as it goes.", ""] if longest and inds else []),
+           "The rest is not attributed here. Without evaluation the GA loop and the writer grow more slowly than the data, or not at all "
+           "(`benchmarks/multihost_rates.py` prints the RSS slope of the loop with a stand-in evaluator; "
+           "`benchmarks/writer_memory.py` replays a run into a writer alone), which points at the evaluation "
+           "path (compile threads, sandbox calls).", ""] if longest and inds else []),
         "## Checks", "", *[f"- {c}" for c in res.checks], "",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
