@@ -49,10 +49,7 @@ class KnownMeasures(MutableMapping):
         """The measures of ``hashes`` (one database read for every one not held), held from now on
         until the next :meth:`committed` lets them go; KeyError for a hash this run never measured."""
         hashes = list(dict.fromkeys(hashes))
-        for h in hashes:
-            if h in self._unstored:
-                self._held[h] = self._unstored[h]
-        missing = [h for h in hashes if h not in self._held]
+        missing = [h for h in hashes if h not in self._held and h not in self._unstored]
         unknown = [h for h in missing if h not in self._stored]
         if unknown:
             raise KeyError(unknown[0])
@@ -62,7 +59,7 @@ class KnownMeasures(MutableMapping):
                 if h not in read:
                     raise KeyError(f"{h}: listed as stored but not in the run database")
                 self._held[h] = self._compact(read[h])
-        return {h: self._held[h] for h in hashes}
+        return {h: self[h] for h in hashes}
 
     def __setitem__(self, h: str, measure: dict) -> None:
         self._held[h] = measure
