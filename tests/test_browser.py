@@ -172,9 +172,12 @@ def test_launch_watch_pause_stop_diff_export(server, tmp_path):
             later = wait_for(lambda: (n := generations_shown(page)) > first and n, 60, "another generation")
             assert later > first
             assert page.evaluate("window.__not_reloaded === true")
-            # The fitness chart's "best" trace has a point per generation shown.
-            points = page.evaluate("() => { const g = document.querySelector('.js-plotly-plot');"
-                                   " return g && g.calcdata ? g.calcdata[1].length : -1 }")
+            # The fitness chart's "best" trace has a point per generation shown. The chart is redrawn a
+            # moment after the metrics of the same refresh (a CI run caught it one generation behind).
+            best_points = ("() => { const g = document.querySelector('.js-plotly-plot');"
+                           " return g && g.calcdata ? g.calcdata[1].length : -1 }")
+            points = wait_for(lambda: (n := page.evaluate(best_points)) >= later and n, 15,
+                              f"a fitness-chart point for each of the {later} generations shown")
             assert points >= later, points
 
             # Headline metrics and the run picker are not cut off at 1280 px.
