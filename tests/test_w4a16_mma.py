@@ -60,7 +60,7 @@ def test_the_tensor_core_path_is_for_16_bit_activations_only():
     def math(dtype):
         return next(gene.options for gene in cuda.gene_groups(dtype)["instruction_sequence"] if gene.name == "math")
 
-    assert math("float16") == math("bfloat16") == ("fma", "mma") and math("float32") == ("fma",)
+    assert math("float16") == math("bfloat16") == ("fma", "mma", "mma_w") and math("float32") == ("fma",)
     assert all(s["instruction_sequence"]["math"] == "fma" for s in cuda.seeds("float32"))
 
 
@@ -99,8 +99,7 @@ def test_the_gemv_path_has_one_block_along_k():
 
 
 def test_the_fused_template_renders_the_norm_on_the_tensor_core_path():
-    g = _space().seed_genomes()[-1]
-    assert g["instruction_sequence"]["math"] == "mma"
+    g = [s for s in _space().seed_genomes() if s["instruction_sequence"]["math"] == "mma"][-1]
     d = g.to_dict()
     problem = {"dtype": "float16", "zero_points": False, "m": 4, "n": 10240, "k_groups": 64, "eps": 1e-5}
     for norm in ("load", "store"):
@@ -127,3 +126,107 @@ def test_registers_and_shared_memory_bound_the_tiles():
     assert cuda_ring.ring_bytes(ring) == 8 * 8 * (4 + 2) * 256 * 16 and "ring" in cuda_mma.fits(ring)
     wide = Genome.from_json({**seed.to_dict(), "parallel_config": {"threads": 1024, "ksplit": 32, "rows_per_block": 1, "kblocks": 1}})
     assert cuda_mma.shared_bytes(wide) == 31 * 4 * 512 and "shared memory" in cuda_mma.fits(wide)
+
+
+# -- the weights-as-A path (cuda_mma_w) -------------------------------------------------------------
+
+@pytest.mark.parametrize("n, cols", [(67, 32), (64, 64), (130, 128)])
+def test_weights_as_a_every_value_and_scale_is_where_the_fragments_read_it(n, cols):
+    from core.workloads.w4a16 import cuda_mma_w
+
+    qweight = _qweight(2, n)
+    scales = np.random.default_rng(1).standard_normal((2, n)).astype(np.float32)
+    packed, sc = cuda_mma_w.repack(qweight, scales, cols)
+    npad = -(-n // cols) * cols
+    assert packed.shape == (npad // 32, 8, 32, 4) and packed.dtype == np.int32 and sc.shape == (npad // 32, 2, 8, 4)
+    q, words = _values(qweight), packed.view(np.uint32)
+    for cb in range(npad // 32):
+        for ks in range(8):
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                for e in range(2):
+                    for s in range(2):
+                        w = int(words[cb, ks, lane, 2 * e + s])
+                        for r in range(4):  # the A fragment's registers: columns g, g + 8 by K pairs 2t, 2t + 8
+                            col = 32 * cb + 16 * e + g + 8 * (r & 1)
+                            for i in range(2):
+                                k = 32 * ks + 8 * t + 4 * s + 2 * (r >> 1) + i
+                                assert (w >> (4 * r + 16 * i)) & 15 == (q[k, col] if col < n else 0), (cb, ks, lane, e, s, r, i)
+        for grp in range(2):
+            for g in range(8):
+                for e in range(2):
+                    for h in range(2):
+                        col = 32 * cb + 16 * e + 8 * h + g
+                        assert sc[cb, grp, g, 2 * e + h] == (scales[grp, col] if col < n else 0)
+
+
+def test_weights_as_a_fragments_multiply_like_the_reference():
+    """The kernel's index arithmetic replayed in numpy: A fragments from the repacked words, B
+    fragments from x with K permuted inside each step of 32, the mma's D fragment back to y, the
+    group's scales on the sums. It must equal x . dequant(W)."""
+    from core.workloads.w4a16 import cuda_mma_w
+
+    g_groups, n, m = 2, 64, 5
+    qweight = _qweight(g_groups, n, seed=2)
+    rng = np.random.default_rng(3)
+    scales, x = rng.standard_normal((g_groups, n)), rng.standard_normal((m, 128 * g_groups))
+    packed, sc = cuda_mma_w.repack(qweight, scales, 32)
+    words = packed.view(np.uint32)
+    y = np.zeros((m, n))
+    for cb in range(n // 32):
+        for e in range(2):
+            for grp in range(g_groups):
+                part = np.zeros((16, 8))  # D: 16 columns by 8 rows of x
+                for ks in range(4 * grp, 4 * grp + 4):
+                    for s in range(2):
+                        a, b = np.zeros((16, 16)), np.zeros((16, 8))
+                        for lane in range(32):
+                            g, t = lane // 4, lane % 4
+                            w = int(words[cb, ks, lane, 2 * e + s])
+                            for r in range(4):
+                                for i in range(2):  # register r, half i: A[g + 8 (r & 1)][2t + 8 (r >> 1) + i]
+                                    a[g + 8 * (r & 1), 2 * t + 8 * (r >> 1) + i] = ((w >> (4 * r + 16 * i)) & 15) - 8
+                            for h in range(2):  # b_h: B[2t + 8h + i][g] = x[g][32 ks + 8 t + 4 s + 2 h + i]
+                                for i in range(2):
+                                    if g < m:
+                                        b[2 * t + 8 * h + i, g] = x[g, 32 * ks + 8 * t + 4 * s + 2 * h + i]
+                        part += a @ b
+                for lane in range(32):
+                    g, t = lane // 4, lane % 4
+                    for r in range(4):  # d_r: D[g + 8 (r >> 1)][2t + (r & 1)]
+                        row, col = 2 * t + (r & 1), 32 * cb + 16 * e + g + 8 * (r >> 1)
+                        if row < m:
+                            y[row, col] += part[g + 8 * (r >> 1), 2 * t + (r & 1)] * sc[cb, grp, g, 2 * e + (r >> 1)]
+    w_ref = (_values(qweight).astype(np.float64) - 8) * np.repeat(scales, 128, axis=0)
+    assert np.allclose(y, x @ w_ref)
+
+
+def test_weights_as_a_genomes_are_canonical_fit_and_render():
+    import random
+
+    from core.workloads.w4a16 import cuda_mma_w
+
+    space = GeneSpace(cuda.gene_groups("bfloat16"), (cuda.fits,), cuda.seeds("bfloat16"),
+                      canonicalisers=cuda_genes.CANONICALISERS)
+    rng, seen = random.Random(5), 0
+    for _ in range(400):
+        g = space.random(rng)
+        if not cuda_mma_w.applies(g):
+            continue
+        seen += 1
+        assert g["register_allocation"]["regs"]["scale"] == "word" and g["register_allocation"]["pipeline"] == "off"
+        assert g["memory_pattern"]["stages"] in (0, 2, 4, 8) and cuda_mma_w.fits(g) is None
+        if g["memory_pattern"]["stages"]:
+            assert g["register_allocation"]["batch"] == 1 and g["memory_pattern"]["w_load"] == ""
+        for m, rows in ((1, 8), (16, 16)):
+            problem = {"dtype": "bfloat16", "zero_points": m == 16, "m": m, "n": 8192, "k_groups": 224}
+            src = cuda.render_source(g, problem)
+            assert f"#define ROWS {rows}" in src and "const uint2 *__restrict__ sp" in src
+            assert ("zp[" in src) == (m == 16) and ("extern __shared__ uint4 ring[]" in src) == bool(g["memory_pattern"]["stages"])
+            lp = cuda_mma_w.launch(g, problem)
+            assert cuda.grid(lp, 33, 8192) == (8192 // lp["cols"], -(-33 // rows), g["parallel_config"]["kblocks"])
+            assert lp["dynamic_shared_bytes"] == cuda_mma_w.ring_bytes(g, rows)
+    assert seen > 20
+    # the fused template offers no weights-as-A path (it takes no norm)
+    fused = fused_cuda.CudaRmsNormW4A16Template.gene_space(type("T", (), {"problem": {"dtype": "bfloat16"}})())
+    assert cuda_mma_w.MATH not in fused.gene("instruction_sequence", "math").options

@@ -12,12 +12,13 @@ no pass over it is left before or after the weights.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome
 from core.workloads.w4a16 import cuda as w4a16_cuda
-from core.workloads.w4a16 import cuda_ring
+from core.workloads.w4a16 import cuda_mma_w, cuda_ring
 from core.workloads.w4a16 import cuda_genes as w4a16_genes
 from core.workloads.w4a16.cuda import CudaW4A16Template, render_source
 
@@ -31,7 +32,10 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
     def gene_space(self) -> GeneSpace:
         dtype = self.problem["dtype"]
         groups = w4a16_genes.gene_groups(dtype)
-        groups["instruction_sequence"] = (*groups["instruction_sequence"], NORM)
+        # (the weights-as-A tensor-core path takes no norm: not a choice here)
+        groups["instruction_sequence"] = tuple(
+            dataclasses.replace(gene, options=tuple(o for o in gene.options if o != cuda_mma_w.MATH))
+            if gene.name == "math" else gene for gene in groups["instruction_sequence"]) + (NORM,)
         seeds = tuple({**s, "instruction_sequence": {**s["instruction_sequence"], "norm": norm}}
                       for s, norm in zip(w4a16_genes.seeds(dtype), ("store", "load", "store", "stream", "load", "store", "load")))
         return GeneSpace(groups, (w4a16_genes.fits, _fits_shared, _fits_stream), seeds + (STREAM_SEED,),

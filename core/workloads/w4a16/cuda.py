@@ -39,7 +39,7 @@ from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import GeneSpace, Genome
 from core.workloads.template import Template
-from core.workloads.w4a16 import cuda_mma, cuda_norm, cuda_ring
+from core.workloads.w4a16 import cuda_mma, cuda_mma_w, cuda_norm, cuda_ring
 from core.workloads.w4a16.cuda_genes import (CANONICALISERS, fits, gene_groups, launch_bounds, register_cap, seeds,
                                              shared_bytes, thread_floats)
 
@@ -55,6 +55,11 @@ class CudaW4A16Template(Template):
                          canonicalisers=CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
+        if cuda_mma_w.applies(genome):
+            resources = {"threads": genome["parallel_config"]["threads"], "shared_bytes": cuda_mma_w.shared_bytes(genome),
+                         "registers": min(register_cap(genome), 40 + cuda_mma_w.registers(genome))}
+            return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",),
+                                cuda_mma_w.launch(genome, self.problem), resources)
         if genome["instruction_sequence"]["math"] == "mma":
             resources = {"threads": genome["parallel_config"]["threads"],
                          "shared_bytes": shared_bytes(genome) + cuda_ring.ring_bytes(genome),
@@ -80,15 +85,17 @@ class CudaW4A16Template(Template):
 
     def extra_bytes(self, kernel: Any, artifact: Any, shape: dict) -> int:
         """The tensor-core path's partial tiles and counters when it splits K over blocks."""
-        if kernel.launch_params.get("math") != "mma":
+        if kernel.launch_params.get("math") not in ("mma", cuda_mma_w.MATH):
             return super().extra_bytes(kernel, artifact, shape)
-        floats, ints = cuda_mma.workspace(kernel.launch_params, shape["m"], shape["n"])
+        floats, ints = _path(kernel.launch_params).workspace(kernel.launch_params, shape["m"], shape["n"])
         return 4 * (floats + ints)
 
     def repack(self, kernel: Any, arrays: Any, weights: dict, shape: dict) -> dict:
         """The tensor-core path's words (:func:`cuda_mma.repack`); the GEMV path's words and scales
         in strips (:func:`strips`) when its layout gene says so; else nothing."""
         lp = kernel.launch_params
+        if lp.get("math") == cuda_mma_w.MATH:
+            return dict(zip(cuda_mma_w.PACKED, cuda_mma_w.repack(weights["qweight"], weights["scales"], int(lp["cols"]))))
         if lp.get("math") == "mma":
             return {cuda_mma.PACKED: cuda_mma.repack(weights["qweight"], int(lp["cols"]))}
         if lp.get("layout") == "strips":
@@ -100,22 +107,27 @@ class CudaW4A16Template(Template):
 
 def grid(lp: dict, m: int, n: int) -> tuple[int, int, int]:
     """The launch grid of a kernel with launch parameters ``lp`` for an m x n output."""
-    if lp.get("math") == "mma":
-        return cuda_mma.grid(lp, m, n)
+    if lp.get("math") in ("mma", cuda_mma_w.MATH):
+        return _path(lp).grid(lp, m, n)
     return (-(-(-(-n // lp["vec"])) // lp["col_threads"]), -(-m // lp["rows_per_block"]), 1)
 
 
 def workspace(lp: dict, t: dict, shape: dict) -> tuple:
     """The tensor-core path's last two arguments: its partial tiles and zeroed tile counters (the
     output twice when it needs none: never touched); nothing for the GEMV path."""
-    if lp.get("math") != "mma":
+    if lp.get("math") not in ("mma", cuda_mma_w.MATH):
         return ()
-    floats, ints = cuda_mma.workspace(lp, shape["m"], shape["n"])
+    floats, ints = _path(lp).workspace(lp, shape["m"], shape["n"])
     if not floats:
         return t["y"], t["y"]
     import torch
 
     return t["y"].new_empty((floats,), dtype=torch.float32), t["y"].new_zeros((ints,), dtype=torch.int32)
+
+
+def _path(lp: dict) -> Any:
+    """The module of a tensor-core path's launch parameters."""
+    return cuda_mma_w if lp.get("math") == cuda_mma_w.MATH else cuda_mma
 
 
 def keeping(launch: Callable[[], None], tensors: tuple) -> Callable[[], None]:
@@ -132,14 +144,18 @@ STRIPS = ("qweight_strips", "scales_strips")  # the strips layout's words and sc
 
 
 def words(lp: dict, t: dict) -> Any:
-    """The words the kernel reads: GPTQ's, the tensor-core path's or the strips layout's."""
+    """The words the kernel reads: GPTQ's, a tensor-core path's or the strips layout's."""
+    if lp.get("math") == cuda_mma_w.MATH:
+        return t[cuda_mma_w.PACKED[0]]
     if lp.get("math") == "mma":
         return t[cuda_mma.PACKED]
     return t[STRIPS[0]] if lp.get("layout") == "strips" else t["qweight"]
 
 
 def scales(lp: dict, t: dict) -> Any:
-    """The scales the kernel reads: the workload's, or the strips layout's."""
+    """The scales the kernel reads: the workload's, the strips layout's or the weights-as-A path's."""
+    if lp.get("math") == cuda_mma_w.MATH:
+        return t[cuda_mma_w.PACKED[1]]
     return t[STRIPS[1]] if lp.get("layout") == "strips" else t["scales"]
 
 
@@ -273,6 +289,8 @@ def _mask_pos(b: int) -> int:
 def render_source(g: Genome, problem: dict, norm: str | None = None) -> str:
     """The kernel of genome ``g``; with ``norm`` ("load" or "store"), RMSNorm fused in front
     (:mod:`core.workloads.rmsnorm_w4a16`): gamma on x as loaded, 1 / rms there or on the sums."""
+    if cuda_mma_w.applies(g):
+        return cuda_mma_w.render_source(g, problem, cuda_norm.entry(None), launch_bounds(g))
     if g["instruction_sequence"]["math"] == "mma":
         prologue = (_raw8(g["memory_pattern"]["x_load"]) + cuda_norm.PROLOGUE) if norm else ""
         return cuda_mma.render_source(g, problem, norm, prologue, cuda_norm.entry(norm), cuda_norm.NORM_CALL,

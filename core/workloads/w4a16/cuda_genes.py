@@ -5,7 +5,7 @@ to these."""
 from __future__ import annotations
 
 from core.genome import ChoiceGene, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.w4a16 import cuda_mma
+from core.workloads.w4a16 import cuda_mma, cuda_mma_w
 
 NIBBLES = tuple(f"N{b}" for b in range(8))
 MAX_FLOATS = 128  # words, x values, accumulators and partial sums per thread
@@ -48,8 +48,9 @@ def gene_groups(dtype: str = "bfloat16") -> dict:
             ChoiceGene("first", ("words", "x"), "a batch's words first (x at each word's math), or its x first"),
             ChoiceGene("dequant", ("cvt", "magic", "mask", "half2"),
                        "nibble to float: cvt, 2^23 magic number, masked in place; or two at a time in fp16x2"),
-            ChoiceGene("math", ("fma", "mma") if dtype in cuda_mma.TYPES else ("fma",),
-                       "float32 FMAs (the GEMV), or tensor-core mma.sync on repacked words", legacy="fma"),
+            ChoiceGene("math", ("fma", "mma", cuda_mma_w.MATH) if dtype in cuda_mma.TYPES else ("fma",),
+                       "float32 FMAs (the GEMV), or tensor-core mma.sync on repacked words: x as A (16 rows a "
+                       "tile), or the weights as A (8 rows a tile, scales on the group's sums)", legacy="fma"),
         ),
     }
 
@@ -59,6 +60,8 @@ def fits(g: Genome) -> str | None:
     resident = g["parallel_config"]["threads"] * g["register_allocation"]["min_blocks"]
     if resident > MAX_THREADS_PER_SM:
         return f"{resident} threads resident per SM asked of __launch_bounds__ (> {MAX_THREADS_PER_SM})"
+    if cuda_mma_w.applies(g):
+        return cuda_mma_w.fits(g)
     if g["instruction_sequence"]["math"] == "mma":
         return cuda_mma.fits(g)
     p = g["parallel_config"]
@@ -103,6 +106,13 @@ MMA_SEEDS = ({"parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block":
 # the M = 16 seed with 4 chunks in flight through shared memory (cp.async), not one in registers
 MMA_SEEDS += ({**MMA_SEEDS[0], "memory_pattern": {**MMA_SEEDS[0]["memory_pattern"], "stages": 4},
                "register_allocation": {**MMA_SEEDS[0]["register_allocation"], "pipeline": "off"}},)
+# the weights as A (cuda_mma_w): 4 warps along K by 2 along N, 32 columns a warp, 4 blocks along K,
+# 4 steps of words and x in flight per lane (59 us at M = 16 on the down projection, call 21)
+MMA_SEEDS += ({"parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block": 1, "kblocks": 4},
+               "memory_pattern": {"vec": 1, "w_load": ".L1::no_allocate", "x_load": ".L1::evict_last", "layout": "gptq",
+                                  "stages": 0},
+               "register_allocation": {"batch": 4, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
+               "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "mma_w"}},)
 
 
 def half2_pairs(g: Genome) -> Genome:
@@ -114,7 +124,7 @@ def half2_pairs(g: Genome) -> Genome:
     return with_gene(g, "instruction_sequence", "nibbles", tuple(f"N{p}" for p in pairs) + tuple(f"N{p + 4}" for p in pairs))
 
 
-CANONICALISERS = (cuda_mma.canonical, half2_pairs)
+CANONICALISERS = (cuda_mma.canonical, cuda_mma_w.canonical, half2_pairs)
 
 
 def seeds(dtype: str) -> tuple:
@@ -136,6 +146,8 @@ def register_cap(g: Genome) -> int:
 def shared_bytes(g: Genome) -> int:
     """The reduction's floats: per K-lane group left after the in-warp shuffle (one per warp, or
     per K lane when a K lane is a warp or more), per column thread, row and column."""
+    if cuda_mma_w.applies(g):
+        return cuda_mma_w.shared_bytes(g)
     if g["instruction_sequence"]["math"] == "mma":
         return cuda_mma.shared_bytes(g)
     p = g["parallel_config"]

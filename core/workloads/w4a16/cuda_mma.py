@@ -66,8 +66,10 @@ def shape_of(g: Genome) -> dict:
 
 def canonical(g: Genome) -> Genome:
     """Genes this path does not read set to one value (so equal kernels are equal genomes)."""
-    if g["instruction_sequence"]["math"] != "mma":
+    if g["instruction_sequence"]["math"] == "fma":
         return with_gene(with_gene(g, "parallel_config", "kblocks", 1), "memory_pattern", "stages", 0)
+    if g["instruction_sequence"]["math"] != "mma":
+        return g
     warps = g["parallel_config"]["threads"] // 32
     g = with_gene(g, "memory_pattern", "layout", "gptq")  # (its own repacked layout)
     if g["memory_pattern"]["stages"]:  # the ring is the pipeline, and cp.async its loads' only hint
@@ -167,8 +169,7 @@ def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, ent
     1 / rms at load or on the sums."""
     s, m, ra = shape_of(g), g["memory_pattern"], g["register_allocation"]
     dtype = problem["dtype"]
-    T, to_f, from_f = SCALAR_TYPES[dtype]
-    magic, base, mma_t, cvt2, one = _TYPE[dtype]
+    T, base = SCALAR_TYPES[dtype][0], _TYPE[dtype][1]
     before = ra["regs"]["scale"] == "weight"
     x_first = g["instruction_sequence"]["first"] == "x"
     prefetch = ra["pipeline"] == "next"
@@ -218,45 +219,7 @@ typedef {T} T;
 #define S {stages}
 #define XR {2 if x_ring else 0}
 
-static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
-static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
-static __device__ __forceinline__ unsigned pack2(float lo, float hi) {{
-    unsigned r; asm("{cvt2} %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }}
-static __device__ __forceinline__ unsigned lop3_and_or(unsigned a, unsigned b, unsigned c) {{
-    unsigned r; asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }}
-// a - b as (-b) * 1 + a, and a * b as a * b + (-0): fma.{mma_t}x2 exists since sm_80
-static __device__ __forceinline__ unsigned sub2(unsigned a, unsigned b) {{
-    unsigned r; asm("fma.rn.{mma_t}x2 %0, %1, %2, %3;" : "=r"(r) : "r"(b ^ 0x80008000u), "r"({one}), "r"(a)); return r; }}
-static __device__ __forceinline__ unsigned mul2(unsigned a, unsigned b) {{
-    unsigned r; asm("fma.rn.{mma_t}x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u)); return r; }}
-static __device__ __forceinline__ void mma(float *d, const unsigned *a, unsigned b0, unsigned b1) {{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.{mma_t}.{mma_t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)); }}
-// 8 adjacent x values of one row as 4 pairs (0 past M); with a fused RMSNorm, times gamma and a scale
-static __device__ __forceinline__ unsigned times(unsigned u, unsigned gv, float scale) {{
-    return pack2(to_f((T)(u & 0xffffu)) * to_f((T)(gv & 0xffffu)) * scale, to_f((T)(u >> 16)) * to_f((T)(gv >> 16)) * scale);
-}}
-static __device__ __forceinline__ uint4 x_row8(const T *p, const T *gp, float scale, bool ok) {{
-    uint4 u = make_uint4(0u, 0u, 0u, 0u);
-    if (!ok) return u;
-    {_ld(m["x_load"], "v4", "u", "p")}
-    if (!gp) return u;
-    const uint4 gv = *(const uint4 *)gp;
-    return make_uint4(times(u.x, gv.x, scale), times(u.y, gv.y, scale), times(u.z, gv.z, scale), times(u.w, gv.w, scale));
-}}
-// 16 bytes global -> shared without registers (L1 bypassed), and the wait for all but the n newest groups
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok = true) {{  // zeros if !ok
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 16 : 0));
-}}
-template <int n> static __device__ __forceinline__ void cp_async_wait() {{
-    asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory");
-}}
-// values (lo, hi) of pair p of a word, minus (magic + z)
-static __device__ __forceinline__ unsigned dq(unsigned w, int p, unsigned c2) {{
-    return sub2(lop3_and_or(w >> (4 * p), 0x000F000Fu, {magic}), c2);
-}}
+{helpers(dtype, m['x_load'])}
 {prologue}
 extern "C" __global__ void {bounds}
 {entry}
@@ -289,7 +252,72 @@ extern "C" __global__ void {bounds}
 {"" if before else _FLUSH}
         }}{bottom}
     }}{norm_call if norm == "store" else ""}
-#if WK > 1
+{REDUCE_WK}
+#if KB > 1
+{_SPLIT_K}
+#endif
+    if (wk != 0) return;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {{
+            const int row = m0 + g + 8 * (r / 2), col = n0 + 8 * j + 2 * t + r % 2;
+            if (row < M && col < N) y[(long long)row * N + col] = from_f(acc[j][r]{" * inv[row - m0]" if norm == "store" else ""});
+        }}
+}}
+"""
+
+
+def helpers(dtype: str, x_load: str) -> str:
+    """The device functions of both tensor-core kernels (this one and :mod:`cuda_mma_w`): 16-bit
+    conversions, the pair arithmetic, ``mma``, the x loads, ``cp.async`` and the lop3 dequantisation
+    ``dq``, for activations of ``dtype`` and x loads with cache hint ``x_load``."""
+    _, to_f, from_f = SCALAR_TYPES[dtype]
+    magic, _, mma_t, cvt2, one = _TYPE[dtype]
+    return f"""static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
+static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
+static __device__ __forceinline__ unsigned pack2(float lo, float hi) {{
+    unsigned r; asm("{cvt2} %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }}
+static __device__ __forceinline__ unsigned lop3_and_or(unsigned a, unsigned b, unsigned c) {{
+    unsigned r; asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }}
+// a - b as (-b) * 1 + a, and a * b as a * b + (-0): fma.{mma_t}x2 exists since sm_80
+static __device__ __forceinline__ unsigned sub2(unsigned a, unsigned b) {{
+    unsigned r; asm("fma.rn.{mma_t}x2 %0, %1, %2, %3;" : "=r"(r) : "r"(b ^ 0x80008000u), "r"({one}), "r"(a)); return r; }}
+static __device__ __forceinline__ unsigned mul2(unsigned a, unsigned b) {{
+    unsigned r; asm("fma.rn.{mma_t}x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u)); return r; }}
+static __device__ __forceinline__ void mma(float *d, const unsigned *a, unsigned b0, unsigned b1) {{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.{mma_t}.{mma_t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)); }}
+// 8 adjacent x values of one row as 4 pairs (0 past M); with a fused RMSNorm, times gamma and a scale
+static __device__ __forceinline__ unsigned times(unsigned u, unsigned gv, float scale) {{
+    return pack2(to_f((T)(u & 0xffffu)) * to_f((T)(gv & 0xffffu)) * scale, to_f((T)(u >> 16)) * to_f((T)(gv >> 16)) * scale);
+}}
+static __device__ __forceinline__ uint4 x_row8(const T *p, const T *gp, float scale, bool ok) {{
+    uint4 u = make_uint4(0u, 0u, 0u, 0u);
+    if (!ok) return u;
+    {_ld(x_load, "v4", "u", "p")}
+    if (!gp) return u;
+    const uint4 gv = *(const uint4 *)gp;
+    return make_uint4(times(u.x, gv.x, scale), times(u.y, gv.y, scale), times(u.z, gv.z, scale), times(u.w, gv.w, scale));
+}}
+// 16 bytes global -> shared without registers (L1 bypassed), and the wait for all but the n newest groups
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok = true) {{  // zeros if !ok
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 16 : 0));
+}}
+template <int n> static __device__ __forceinline__ void cp_async_wait() {{
+    asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory");
+}}
+// values (lo, hi) of pair p of a word, minus (magic + z)
+static __device__ __forceinline__ unsigned dq(unsigned w, int p, unsigned c2) {{
+    return sub2(lop3_and_or(w >> (4 * p), 0x000F000Fu, {magic}), c2);
+}}"""
+
+
+# The K warps' sums (acc[NT][4] of every warp but the first of each column of warps), added in a
+# fixed order through shared memory (deterministic); every thread reaches the barrier.
+REDUCE_WK = """#if WK > 1
     // the K warps' sums, added in a fixed order (deterministic); every thread reaches the barrier
     __shared__ float red[(WK - 1) * WN * NT * 4 * 32];
     if (wk > 0)
@@ -304,20 +332,7 @@ extern "C" __global__ void {bounds}
             for (int j = 0; j < NT; ++j)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) acc[j][r] += red[((((l - 1) * WN + wn) * NT + j) * 4 + r) * 32 + lane];
-#endif
-#if KB > 1
-{_SPLIT_K}
-#endif
-    if (wk != 0) return;
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {{
-            const int row = m0 + g + 8 * (r / 2), col = n0 + 8 * j + 2 * t + r % 2;
-            if (row < M && col < N) y[(long long)row * N + col] = from_f(acc[j][r]{" * inv[row - m0]" if norm == "store" else ""});
-        }}
-}}
-"""
+#endif"""
 
 
 def _load_chunk(hint: str, norm: str | None, x_first: bool, words: bool = True) -> str:

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""On the GPU: one genome and its one-gene variants, each checked and timed side by side, or one
+genome launched again and again for a profiler.
+
+Each variant is rendered, compiled and bound exactly as the GA does (the workload's harness: the
+repack once, then ``bind``); its first launch is checked against the float64 reference and a wrong
+one is reported as such, never timed. Times are ``triton.testing.do_bench`` medians (rep 200 ms),
+with the harness's baselines timed in the same process, and the bytes the workload must move over
+the time give the share of the measured copy roofline.
+
+    python3 benchmarks/gpu_kernel_sweep.py w4a16 '{"m":16}' GENOME_JSON \\
+        --vary 'register_allocation.batch=1,2,4' --vary 'parallel_config.kblocks=2,4,8'
+    ncu --clock-control none -k regex:kernel -s 3 -c 1 python3 benchmarks/gpu_kernel_sweep.py \\
+        w4a16 '{"m":16}' GENOME_JSON --launches 5
+
+``--vary`` takes one gene (``group.gene`` or ``group.regs.key``) and its values (JSON each, or bare
+strings); each ``--vary`` is swept alone around the base genome, and ``--grid`` sweeps them all
+together instead.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.evaluation.protocol import Protocol  # noqa: E402
+from core.workloads import get_workload  # noqa: E402
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _set(d: dict, path: str, value) -> dict:
+    out = json.loads(json.dumps(d))
+    *keys, last = path.split(".")
+    node = out
+    for k in keys:
+        node = node[k]
+    node[last] = value
+    return out
+
+
+def variants(base: dict, vary: list[str], grid: bool) -> list[tuple[str, dict]]:
+    """(label, genome dict): the base first, then each gene's values alone, or every combination."""
+    axes = [(path, [_value(v) for v in values.split(",")]) for path, values in (s.split("=", 1) for s in vary)]
+    out = [("base", base)]
+    if grid and axes:
+        for combo in itertools.product(*(vals for _, vals in axes)):
+            d = base
+            for (path, _), v in zip(axes, combo):
+                d = _set(d, path, v)
+            out.append((" ".join(f"{p.split('.')[-1]}={v}" for (p, _), v in zip(axes, combo)), d))
+    else:
+        for path, vals in axes:
+            out += [(f"{path.split('.')[-1]}={v}", _set(base, path, v)) for v in vals]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("workload")
+    ap.add_argument("problem", help="problem JSON, over the workload's defaults")
+    ap.add_argument("genome", help="the base genome, JSON")
+    ap.add_argument("--vary", action="append", default=[], metavar="GENE=V1,V2")
+    ap.add_argument("--grid", action="store_true", help="every combination of the --vary values")
+    ap.add_argument("--launches", type=int, default=0, help="launch the base this many times, untimed (for ncu)")
+    ap.add_argument("--backend", default="cuda")
+    args = ap.parse_args()
+    problem = get_workload(args.workload).validate_problem(json.loads(args.problem), args.backend)
+    proto = Protocol({"backend": args.backend, "device": 0, "workload": args.workload, "problem": problem})
+    h, rt, problem = proto.harness, proto.runtime, proto.main
+    case = h.make_case(problem, 0)
+    space = proto.template.gene_space()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.launches:
+            g = space.canonical(space.from_json(args.genome))
+            kernel = rt.load(proto.backend.compile(proto.template.render(g), Path(tmp)))
+            for _ in range(args.launches):
+                h.launch(kernel, case)
+            rt.synchronize()
+            print("check:", "ok" if h.check(case).ok else "WRONG")
+            return 0
+        import torch
+        from triton.testing import do_bench
+
+        min_bytes = proto.workload.min_bytes(problem, proto.problem)
+        rows = []
+        for name, fn in h.baselines().items():
+            try:
+                rows.append((name, do_bench(lambda fn=fn: fn(case), rep=200, return_mode="median") * 1e3, "baseline"))
+            except Exception as exc:  # noqa: BLE001 - a baseline that does not take this problem (int4pack: bf16 only)
+                print(f"baseline {name} not run: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
+        seen = set()
+        for label, d in variants(json.loads(args.genome), args.vary, args.grid):
+            try:
+                g = space.from_json(d)
+                why = space.validate(space.canonical(g))
+                g = space.canonical(g)
+            except ValueError as exc:
+                g, why = None, str(exc)
+            if why or g is None or g.hash in seen:
+                print(f"skip {label}: {why or 'the same kernel as an earlier variant'}", flush=True)
+                continue
+            seen.add(g.hash)
+            try:
+                kernel = rt.load(proto.backend.compile(proto.template.render(g), Path(tmp)))
+                h.reset_outputs(case)
+                fn = h.prepare(kernel, case)
+                fn()
+                torch.cuda.synchronize()
+                chk = h.check(case)
+                if not chk.ok:
+                    print(f"WRONG {label}: {chk.detail[:100]}", flush=True)
+                    continue
+                rows.append((label, do_bench(fn, rep=200, return_mode="median") * 1e3, g.to_json()))
+                print(f"{label:40s} {rows[-1][1]:9.2f} us", flush=True)
+            except Exception as exc:  # noqa: BLE001 - report and go on
+                print(f"FAIL {label}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+                if "illegal" in str(exc).lower() or "launch failure" in str(exc).lower():
+                    break  # the context is gone
+        best = min((r for r in rows if r[2] != "baseline"), key=lambda r: r[1], default=None)
+        print(f"\n{torch.cuda.get_device_name()} {args.workload} {problem}")
+        for label, us, what in sorted(rows, key=lambda r: r[1]):
+            extra = f"  {min_bytes / (us * 1e-6) / 1e12:5.2f} TB/s" if min_bytes else ""
+            print(f"{label:40s} {us:9.2f} us{extra}{'  (baseline)' if what == 'baseline' else ''}")
+        if best:
+            print("best genome:", best[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""The CUDA W4A16 template's second tensor-core path (``instruction_sequence.math = mma_w``): the
+dequantised weights are mma's A operand and x its B operand, ``y^T = W^T x^T``.
+
+Why a second path. Nsight Compute on the first one's M = 16 champion (``benchmarks/gpu_raw/
+call21_profile``) showed it issuing 258 warp instructions per KB of weights, half of its issue slots,
+with its x fragments copied into place before every mma (25 moves a step: the A fragment interleaves
+rows g and g + 8 of x, which no 16-byte load gives), a 64-bit address and a scalar load for every
+scale, and a multiply of every weight by its scale. Here:
+
+* x is B: a lane's B fragments (row g of x, K pairs ``2t`` and ``2t + 8``) are adjacent in x once K
+  is permuted inside each step of 32 as the first path does, so one 16-byte load is the fragments
+  of two k16 steps, with no moves; 8 rows of x a tile, so M <= 8 needs one mma per tile, not two;
+* the weights are A: one 32-bit word is a lane's whole A fragment of a 16 x 16 tile (8 values:
+  columns ``g``, ``g + 8`` by K pairs ``2t``, ``2t + 8``), lop3 makes its four registers, and one
+  16-byte load is four tiles (two k16 steps of 32 columns);
+* the scales go on the float32 sums of each group (exact, no rounding of scaled weights), from a
+  repacked copy that a lane reads as one 8-byte load per 32 columns and group;
+* every warp streams one contiguous run of whole groups (its share of K), ``batch`` steps of words
+  and x in flight in a ring of registers (the ring's slot is a compile-time index: the loop over a
+  group's steps is unrolled).
+
+Repacked words (:func:`repack`): ``packed[cb, ks, lane, j]`` (int32), for lane ``l = 4 g + t`` and
+``j = 2 e + s``, holds the A fragment of columns ``32 cb + 16 e + (g, g + 8)`` and k16 step ``s`` of
+K step ``ks``: value (r, i) at bits ``4 r + 16 i`` is column ``32 cb + 16 e + g + 8 (r & 1)`` and
+``k = 32 ks + 8 t + 4 s + 2 (r >> 1) + i``. Scales: ``packed[cb, grp, g, 2 e + h]`` is the scale of
+column ``32 cb + 16 e + 8 h + g``. Both are timed apart and counted as memory (``Template.repack``).
+
+Genes, as this path reads them: threads, ksplit (warps along K), kblocks (blocks along K, added up
+in block order as the first path does), vec (32-column blocks a warp), batch (steps in flight),
+min_blocks, the cache hints of both loads. The others are set to one value (:func:`canonical`);
+it takes no fused norm.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from core.backends.cuda import SCALAR_TYPES
+from core.genome import Genome, with_gene
+from core.workloads.w4a16 import cuda_mma
+
+MATH = "mma_w"
+PACKED = ("qweight_mma_w", "scales_mma_w")  # the repacked words' and scales' names in bind()'s tensors
+MAX_REGS = cuda_mma.MAX_REGS
+RING_LIMIT = 160 * 1024  # with the reduction's 48 KB, under the 227 KB a block may opt in to
+
+
+def applies(g: Genome) -> bool:
+    return g["instruction_sequence"]["math"] == MATH
+
+
+def tile_rows(problem: dict) -> int:
+    """Rows of x a block multiplies: 8 (one mma per tile) when the problem has at most 8, else 16."""
+    return 8 if problem.get("m", 16) <= 8 else 16
+
+
+def shape_of(g: Genome, rows: int = 16) -> dict:
+    """Warps, warps along K and N, 32-column blocks a warp, tiles of 4 floats a lane, the block's columns."""
+    warps = g["parallel_config"]["threads"] // 32
+    wk = min(g["parallel_config"]["ksplit"], warps)
+    vec = g["memory_pattern"]["vec"]
+    return {"warps": warps, "wk": wk, "wn": warps // wk, "vec": vec, "th": rows // 8, "nt": 2 * vec * rows // 8,
+            "cols": warps // wk * 32 * vec, "kb": g["parallel_config"]["kblocks"]}
+
+
+def canonical(g: Genome) -> Genome:
+    """Genes this path does not read set to one value (so equal kernels are equal genomes)."""
+    if not applies(g):
+        return g
+    warps = g["parallel_config"]["threads"] // 32
+    if g["memory_pattern"]["stages"]:  # the ring holds the steps in flight, and cp.async is its loads' only hint
+        g = with_gene(with_gene(g, "register_allocation", "batch", 1), "memory_pattern", "stages",
+                      {3: 4, 6: 8}.get(g["memory_pattern"]["stages"], g["memory_pattern"]["stages"]))
+        g = with_gene(with_gene(g, "memory_pattern", "w_load", ""), "memory_pattern", "x_load", "")
+    for group, name, value in (("memory_pattern", "layout", "gptq"), ("register_allocation", "pipeline", "off"), ("parallel_config", "rows_per_block", 1),
+                               ("instruction_sequence", "first", "words"), ("instruction_sequence", "dequant", "half2"),
+                               ("instruction_sequence", "nibbles", tuple(f"N{b}" for b in range(8))),
+                               ("parallel_config", "ksplit", min(g["parallel_config"]["ksplit"], warps))):
+        g = with_gene(g, group, name, value)
+    return with_gene(g, "register_allocation", "regs", {"scale": "word", "unroll": 1})
+
+
+def registers(g: Genome) -> int:
+    """32-bit registers of sums (16 rows: the most), words and x in flight (one step's with the
+    ring), and two groups' scales."""
+    s, d = shape_of(g), g["register_allocation"]["batch"]
+    return 2 * 4 * s["nt"] + 4 * d * (s["vec"] + s["th"]) + 4 * s["vec"]
+
+
+def ring_bytes(g: Genome, rows: int = 16) -> int:
+    """``stages`` steps of every lane's words and x rows in dynamic shared memory (0 without the ring)."""
+    s = shape_of(g, rows)
+    return g["memory_pattern"]["stages"] * (s["vec"] + s["th"]) * 32 * s["warps"] * 16
+
+
+def shared_bytes(g: Genome) -> int:
+    """The K warps' partial sums: every warp but the first of each column of warps."""
+    s = shape_of(g)
+    return (s["wk"] - 1) * s["wn"] * s["nt"] * 4 * 32 * 4
+
+
+def fits(g: Genome) -> str | None:
+    """Why the kernel of ``g`` cannot run, or None."""
+    if g["instruction_sequence"].get("norm"):
+        return "the weights-as-A tensor-core path takes no fused norm"
+    if ring_bytes(g) > RING_LIMIT:
+        return f"a cp.async ring of {ring_bytes(g)} B (> {RING_LIMIT})"
+    if registers(g) > MAX_REGS:
+        return f"{registers(g)} registers of sums, words, x and scales (> {MAX_REGS})"
+    if shared_bytes(g) > cuda_mma.SMEM_LIMIT:
+        return f"the K warps' reduction needs {shared_bytes(g)} B of shared memory (> {cuda_mma.SMEM_LIMIT})"
+    return None
+
+
+def launch(g: Genome, problem: dict) -> dict:
+    """What ``bind`` and ``repack`` read."""
+    s = shape_of(g, tile_rows(problem))
+    return {"math": MATH, "threads": 32 * s["warps"], "cols": s["cols"], "kblocks": s["kb"],
+            "rows_per_block": tile_rows(problem), "tile_floats": s["wn"] * s["nt"] * 128,
+            "dynamic_shared_bytes": ring_bytes(g, tile_rows(problem))}
+
+
+def grid(lp: dict, m: int, n: int) -> tuple[int, int, int]:
+    return (-(-n // lp["cols"]), -(-m // lp["rows_per_block"]), lp["kblocks"])
+
+
+def workspace(lp: dict, m: int, n: int) -> tuple[int, int]:
+    """Floats of the blocks' partial tiles and ints of the tile counters (0, 0 with one block along K)."""
+    if lp["kblocks"] == 1:
+        return 0, 0
+    gx, gy, kb = grid(lp, m, n)
+    return kb * gx * gy * lp["tile_floats"], gx * gy
+
+
+def _library(a: Any):
+    if type(a).__module__.startswith("torch"):
+        import torch
+
+        return torch, True
+    import numpy
+
+    return numpy, False
+
+
+def repack(qweight: Any, scales: Any, cols: int) -> tuple[Any, Any]:
+    """GPTQ words (k_groups, 16, n) and scales (k_groups, n) in this path's layouts (the module
+    docstring), N padded with zeros to a multiple of ``cols``: int32 (n_pad / 32, K / 32, 32, 4) and
+    (n_pad / 32, k_groups, 8, 4) in the scales' dtype, in the inputs' library (torch or numpy)."""
+    lib, torch_like = _library(qweight)
+    g, _, n = qweight.shape
+    k, npad = 128 * g, -(-n // cols) * cols
+    dev = {"device": qweight.device} if torch_like else {}
+    ar = lambda m: lib.arange(m, dtype=qweight.dtype, **dev)  # noqa: E731
+    q = ((qweight.reshape(16 * g, 1, n) >> (ar(8).reshape(1, 8, 1) * 4)) & 15).reshape(k, n)  # k = 8 r + b
+    pad = lambda a, w: (lib.cat((a, lib.zeros((a.shape[0], w), dtype=a.dtype, **dev)), 1) if torch_like  # noqa: E731
+                        else lib.concatenate((a, lib.zeros((a.shape[0], w), dtype=a.dtype)), 1))
+    if npad != n:
+        q, scales = pad(q, npad - n), pad(scales, npad - n)
+    # k = 32 ks + 8 t + 4 s + 2 h + i and n = 32 cb + 16 e + 8 hn + g  ->  (cb, ks, g, t, e, s, h, hn, i)
+    q = q.reshape(k // 32, 4, 2, 2, 2, npad // 32, 2, 2, 8)
+    order = (5, 0, 8, 1, 6, 2, 3, 7, 4)
+    q = (q.permute(*order) if torch_like else q.transpose(order)).reshape(npad // 32, k // 32, 8, 4, 4, 8)
+    q = q << (4 * (2 * ar(2).reshape(2, 1, 1) + ar(2).reshape(1, 2, 1)) + 16 * ar(2)).reshape(8)  # (h, hn, i) -> 4 (2h + hn) + 16 i
+    words = q.sum(-1, dtype=qweight.dtype).reshape(npad // 32, k // 32, 32, 4)
+    s = scales.reshape(g, npad // 32, 2, 2, 8)  # (grp, cb, e, h, g) -> (cb, grp, g, e, h)
+    s = (s.permute(1, 0, 4, 2, 3) if torch_like else s.transpose(1, 0, 4, 2, 3)).reshape(npad // 32, g, 8, 4)
+    if torch_like:
+        return words.contiguous(), s.contiguous()
+    return lib.ascontiguousarray(words), lib.ascontiguousarray(s)
+
+
+def render_source(g: Genome, problem: dict, entry: str, bounds: str) -> str:
+    """The kernel of genome ``g`` (16-bit activations); ``entry`` and ``bounds`` come from the CUDA
+    template (the kernel's name and parameters; its ``__launch_bounds__``)."""
+    rows = tile_rows(problem)
+    s, m, d = shape_of(g, rows), g["memory_pattern"], g["register_allocation"]["batch"]
+    dtype = problem["dtype"]
+    T, base = SCALAR_TYPES[dtype][0], cuda_mma._TYPE[dtype][1]
+    if problem.get("zero_points"):  # per column of the lane's two in each tile: magic + z
+        zero = (f"\n                const int grp = gb + (s0 + u) / 4;\n#pragma unroll\n                for (int c = 0; c < NC; ++c)\n#pragma unroll\n"
+                f"                    for (int h = 0; h < 2; ++h) {{ const int col = min(n0 + 16 * c + 8 * h + g, N - 1);\n"
+                f"                        const float z = (float)zp[(long long)grp * N + col]; c2[c][h] = pack2({base}.f + z, {base}.f + z); }}")
+        c2_decl = "unsigned c2[NC][2];"
+    else:
+        zero, c2_decl = "", f"const unsigned c2v = pack2({base + 8}.f, {base + 8}.f); unsigned c2[NC][2];\n" \
+                           "#pragma unroll\n    for (int c = 0; c < NC; ++c) c2[c][0] = c2[c][1] = c2v;"
+    entry = entry.replace(") {", ", float *__restrict__ ws, int *__restrict__ cnt) {", 1).replace(
+        "const T *__restrict__ sc", "const uint2 *__restrict__ sp", 1)
+    unroll, stages = max(4, d), m["stages"]
+    if stages:  # words and x through a ring of `stages` steps in shared memory, filled by cp.async
+        ring_start = ("    extern __shared__ uint4 ring[];\n    int slot = 0;\n#pragma unroll\n"
+                      "    for (int r = 0; r < S; ++r) ring_issue(ring, r, wp, wstride, xp, ok, r, steps);\n")
+        step_top = ("            cp_async_wait<S - 1>();\n            uint4 wc[VEC], xc[TH];\n#pragma unroll\n"
+                    "            for (int i = 0; i < VEC + TH; ++i) (i < VEC ? wc[i] : xc[i - VEC]) = ring[(slot * (VEC + TH) + i) * THREADS + threadIdx.x];\n")
+        step_end = ("            ring_issue(ring, slot, wp, wstride, xp, ok, s0 + u + S, steps);\n"
+                    "            slot = slot + 1 == S ? 0 : slot + 1;")
+        w_at, x_at = "wc[c / 2]", "xc[h]"
+    else:  # a ring of D steps in registers: the loop over a group's steps is unrolled, so the slot is a constant
+        ring_start = ("    uint4 w[D][VEC], xv[D][TH];\n#pragma unroll\n    for (int u = 0; u < D; ++u)\n"
+                      "        if (u < steps) load_step(w[u], xv[u], wp, wstride, xp, ok, u);\n")
+        step_top = "            const int slot = u % D;\n"
+        step_end = "            if (s0 + u + D < steps) load_step(w[slot], xv[slot], wp, wstride, xp, ok, s0 + u + D);"
+        w_at, x_at = "w[slot][c / 2]", "xv[slot][h]"
+    return f"""// AbeBot generated CUDA W4A16 on tensor cores, weights as A ({dtype}, zero points: {problem.get('zero_points', False)})
+typedef {T} T;
+#define THREADS {32 * s['warps']}
+#define WK {s['wk']}
+#define WN {s['wn']}
+#define VEC {s['vec']}
+#define NC (2 * VEC)
+#define TH {s['th']}
+#define NT (NC * TH)
+#define D {d}
+#define U {unroll}
+#define KB {s['kb']}
+#define ROWS {rows}
+#define S {stages}
+
+{cuda_mma.helpers(dtype, m['x_load'])}
+// one step of 32 along K: VEC uint4 of words and TH uint4 of x (row g, and g + 8 with 16 rows)
+static __device__ __forceinline__ void load_step(uint4 *w, uint4 *xv, const uint4 *wp, long long wstride, const T *const *xp, const bool *ok, int step) {{
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {{ const uint4 *p = wp + i * wstride + step * 32; {cuda_mma._ld(m["w_load"], "v4", "w[i]", "p")} }}
+#pragma unroll
+    for (int h = 0; h < TH; ++h) {{
+        xv[h] = make_uint4(0u, 0u, 0u, 0u);
+        if (ok[h]) {{ const T *p = xp[h] + step * 32; {cuda_mma._ld(m["x_load"], "v4", "xv[h]", "p")} }}
+    }}
+}}
+// step `step` (if < steps) of every lane's words and x rows into ring slot `slot`; a group is
+// committed even when empty, so that the wait counts stay exact
+static __device__ __forceinline__ void ring_issue(uint4 *ring, int slot, const uint4 *wp, long long wstride, const T *const *xp, const bool *ok, int step, int steps) {{
+    if (step < steps) {{
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) cp_async16(ring + (slot * (VEC + TH) + i) * THREADS + threadIdx.x, wp + i * wstride + step * 32);
+#pragma unroll
+        for (int h = 0; h < TH; ++h) cp_async16(ring + (slot * (VEC + TH) + VEC + h) * THREADS + threadIdx.x, xp[h] + step * 32, ok[h]);
+    }}
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}}
+extern "C" __global__ void {bounds}
+{entry}
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WK, wn = warp / WK;
+    const int g = lane >> 2, t = lane & 3, m0 = blockIdx.y * ROWS, KS = G * 4;
+    const int cb0 = (blockIdx.x * WN + wn) * VEC, n0 = cb0 * 32;
+    // this warp's share of K: whole groups [gb, ge), in order (blocks along K, then warps)
+    const int kl = blockIdx.z * WK + wk;
+    const int gb = (int)((long long)G * kl / (WK * KB)), ge = (int)((long long)G * (kl + 1) / (WK * KB));
+    const int steps = 4 * (ge - gb);
+    const long long wstride = (long long)KS * 32;
+    const uint4 *wp = (const uint4 *)qw + (long long)cb0 * wstride + (long long)gb * 128 + lane;
+    const uint2 *scp = sp + ((long long)cb0 * G + gb) * 8 + g;
+    bool ok[TH];
+    const T *xp[TH];
+#pragma unroll
+    for (int h = 0; h < TH; ++h) {{
+        ok[h] = m0 + g + 8 * h < M;
+        xp[h] = x + (long long)(ok[h] ? m0 + g + 8 * h : 0) * G * 128 + (long long)gb * 128 + 8 * t;
+    }}
+    {c2_decl}
+    float acc[NT][4] = {{}}, part[NT][4];
+    uint2 sv[VEC], svn[VEC];  // this group's scales and the next one's, a group ahead
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) svn[i] = steps ? scp[(long long)i * G * 8] : make_uint2(0u, 0u);
+{ring_start}    for (int s0 = 0; s0 < steps; s0 += U) {{
+#pragma unroll
+        for (int u = 0; u < U; ++u) {{
+            if (s0 + u >= steps) break;
+            if (u % 4 == 0) {{  // a group starts: its scales, the next group's loads, zeroed sums{zero}
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {{
+                    sv[i] = svn[i];
+                    if (s0 + u + 4 < steps) svn[i] = scp[((long long)i * G + (s0 + u) / 4 + 1) * 8];
+                }}
+#pragma unroll
+                for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
+            }}
+{step_top}#pragma unroll
+            for (int c = 0; c < NC; ++c)
+#pragma unroll
+                for (int ss = 0; ss < 2; ++ss) {{
+                    const uint4 &q = {w_at};
+                    const int j = 2 * (c % 2) + ss;
+                    const unsigned wv = j == 0 ? q.x : j == 1 ? q.y : j == 2 ? q.z : q.w;
+                    const unsigned a[4] = {{dq(wv, 0, c2[c][0]), dq(wv, 1, c2[c][1]), dq(wv, 2, c2[c][0]), dq(wv, 3, c2[c][1])}};
+#pragma unroll
+                    for (int h = 0; h < TH; ++h)
+                        mma(part[c * TH + h], a, ss ? {x_at}.z : {x_at}.x, ss ? {x_at}.w : {x_at}.y);
+                }}
+{step_end}
+            if (u % 4 == 3) {{  // the group's sums times its scales: rows g (h 0) and g + 8 (h 1) of each tile
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {{
+                    const unsigned pr = (c % 2) ? sv[c / 2].y : sv[c / 2].x;
+                    const float s_lo = to_f((T)(pr & 0xffffu)), s_hi = to_f((T)(pr >> 16));
+#pragma unroll
+                    for (int h = 0; h < TH; ++h) {{
+                        float *p = part[c * TH + h], *o = acc[c * TH + h];
+                        o[0] += p[0] * s_lo; o[1] += p[1] * s_lo; o[2] += p[2] * s_hi; o[3] += p[3] * s_hi;
+                    }}
+                }}
+            }}
+        }}
+    }}
+{cuda_mma.REDUCE_WK}
+#if KB > 1
+{cuda_mma._SPLIT_K}
+#endif
+    if (wk != 0) return;
+#pragma unroll
+    for (int c = 0; c < NC; ++c)
+#pragma unroll
+        for (int h = 0; h < TH; ++h)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {{
+                const int row = m0 + 8 * h + 2 * t + (r & 1), col = n0 + 16 * c + g + 8 * (r >> 1);
+                if (row < M && col < N) y[(long long)row * N + col] = from_f(acc[c * TH + h][r]);
+            }}
+}}
+"""
