@@ -214,7 +214,10 @@ def test_weights_as_a_genomes_are_canonical_fit_and_render():
         if not cuda_mma_w.applies(g):
             continue
         seen += 1
-        assert g["register_allocation"]["regs"]["scale"] == "word" and g["register_allocation"]["pipeline"] == "off"
+        assert g["register_allocation"]["regs"]["scale"] == "word"
+        assert g["register_allocation"]["pipeline"] == "off" or (g["register_allocation"]["batch"] > 2 and not g["memory_pattern"]["stages"])
+        assert cuda_mma_w.x_ahead(g) == (min(2, g["register_allocation"]["batch"]) if g["register_allocation"]["pipeline"] == "next"
+                                         else g["register_allocation"]["batch"])
         assert g["memory_pattern"]["stages"] in (0, 2, 4, 8) and cuda_mma_w.fits(g) is None
         if g["memory_pattern"]["stages"]:
             assert g["register_allocation"]["batch"] == 1 and g["memory_pattern"]["w_load"] == ""
@@ -222,6 +225,7 @@ def test_weights_as_a_genomes_are_canonical_fit_and_render():
             problem = {"dtype": "bfloat16", "zero_points": m == 16, "m": m, "n": 8192, "k_groups": 224}
             src = cuda.render_source(g, problem)
             assert f"#define ROWS {rows}" in src and "const uint2 *__restrict__ sp" in src
+            assert f"#define DX {cuda_mma_w.x_ahead(g)}" in src
             assert ("zp[" in src) == (m == 16) and ("extern __shared__ uint4 ring[]" in src) == bool(g["memory_pattern"]["stages"])
             lp = cuda_mma_w.launch(g, problem)
             assert cuda.grid(lp, 33, 8192) == (8192 // lp["cols"], -(-33 // rows), g["parallel_config"]["kblocks"])

@@ -113,6 +113,11 @@ MMA_SEEDS += ({"parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block"
                                   "stages": 0},
                "register_allocation": {"batch": 4, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
                "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "mma_w"}},)
+# the GA's best of that path at M = 16 (call 22: 51.7 us): 2 warps along K by 4 along N, 2 steps in flight, two blocks an SM
+MMA_SEEDS += ({"parallel_config": {"threads": 256, "ksplit": 2, "rows_per_block": 1, "kblocks": 4},
+               "memory_pattern": {"vec": 1, "w_load": ".cs", "x_load": "", "layout": "gptq", "stages": 0},
+               "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 2},
+               "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "mma_w"}},)
 
 
 def half2_pairs(g: Genome) -> Genome:

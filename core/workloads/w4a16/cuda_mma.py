@@ -51,7 +51,7 @@ SMEM_LIMIT = 48 * 1024
 TYPES = ("bfloat16", "float16")  # the activations mma.sync takes here
 # per type: the magic (lop3 with 0x000F000F makes magic + q in each half), magic's value, the mma's
 # type, the float pair conversion and the pair (1, 1)
-_TYPE = {"bfloat16": ("0x43004300u", 128, "bf16", "cvt.rn.bf16x2.f32", "0x3F803F80u"),
+TYPE = {"bfloat16": ("0x43004300u", 128, "bf16", "cvt.rn.bf16x2.f32", "0x3F803F80u"),
          "float16": ("0x64006400u", 1024, "f16", "cvt.rn.f16x2.f32", "0x3C003C00u")}
 
 
@@ -154,7 +154,8 @@ def repack(qweight: Any, cols: int) -> Any:
     return lib.ascontiguousarray(q.sum(axis=(5, 6), dtype=qweight.dtype).reshape(npad // 32, k // 32, 32, 4))
 
 
-def _ld(hint: str, width: str, out: str, ptr: str) -> str:
+def ld(hint: str, width: str, out: str, ptr: str) -> str:
+    """Inline PTX: a 16-byte (``v4``) or 4-byte load of ``ptr`` into ``out`` with cache hint ``hint``."""
     if width == "v4":
         return (f'asm volatile("ld.global{hint}.v4.u32 {{%0,%1,%2,%3}}, [%4];" : "=r"({out}.x), "=r"({out}.y), '
                 f'"=r"({out}.z), "=r"({out}.w) : "l"({ptr}));')
@@ -169,7 +170,7 @@ def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, ent
     1 / rms at load or on the sums."""
     s, m, ra = shape_of(g), g["memory_pattern"], g["register_allocation"]
     dtype = problem["dtype"]
-    T, base = SCALAR_TYPES[dtype][0], _TYPE[dtype][1]
+    T, base = SCALAR_TYPES[dtype][0], TYPE[dtype][1]
     before = ra["regs"]["scale"] == "weight"
     x_first = g["instruction_sequence"]["first"] == "x"
     prefetch = ra["pipeline"] == "next"
@@ -254,7 +255,7 @@ extern "C" __global__ void {bounds}
     }}{norm_call if norm == "store" else ""}
 {REDUCE_WK}
 #if KB > 1
-{_SPLIT_K}
+{SPLIT_K}
 #endif
     if (wk != 0) return;
 #pragma unroll
@@ -273,7 +274,7 @@ def helpers(dtype: str, x_load: str) -> str:
     conversions, the pair arithmetic, ``mma``, the x loads, ``cp.async`` and the lop3 dequantisation
     ``dq``, for activations of ``dtype`` and x loads with cache hint ``x_load``."""
     _, to_f, from_f = SCALAR_TYPES[dtype]
-    magic, _, mma_t, cvt2, one = _TYPE[dtype]
+    magic, _, mma_t, cvt2, one = TYPE[dtype]
     return f"""static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
 static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
 static __device__ __forceinline__ unsigned pack2(float lo, float hi) {{
@@ -296,7 +297,7 @@ static __device__ __forceinline__ unsigned times(unsigned u, unsigned gv, float 
 static __device__ __forceinline__ uint4 x_row8(const T *p, const T *gp, float scale, bool ok) {{
     uint4 u = make_uint4(0u, 0u, 0u, 0u);
     if (!ok) return u;
-    {_ld(x_load, "v4", "u", "p")}
+    {ld(x_load, "v4", "u", "p")}
     if (!gp) return u;
     const uint4 gv = *(const uint4 *)gp;
     return make_uint4(times(u.x, gv.x, scale), times(u.y, gv.y, scale), times(u.z, gv.z, scale), times(u.w, gv.w, scale));
@@ -347,7 +348,7 @@ def _load_chunk(hint: str, norm: str | None, x_first: bool, words: bool = True) 
     word_loads = ("""#pragma unroll
             for (int i = 0; i < NB4; ++i) {{
                 const uint4 *p = wp + ((long long)i * KS + min({start} + u, KS - 1)) * 32;
-                """ + esc(_ld(hint, "v4", "DST[u][i]", "p")).replace("DST", "{w}") + "\n            }}\n") if words else ""
+                """ + esc(ld(hint, "v4", "DST[u][i]", "p")).replace("DST", "{w}") + "\n            }}\n") if words else ""
     if not (word_loads or frags):
         return ""
     return """#pragma unroll
@@ -380,7 +381,7 @@ _FLUSH = """            if ((u & 3) == 3 || u == B - 1 || ks == KS - 1) {
 
 # Blocks along K: each writes its partial tile to the workspace; the last to finish (a counter per
 # tile, reset for the next launch) adds all of them in block order -- deterministic, no float atomics.
-_SPLIT_K = """    __shared__ int last;
+SPLIT_K = """    __shared__ int last;
     const long long tile = (long long)blockIdx.y * gridDim.x + blockIdx.x, tiles = (long long)gridDim.x * gridDim.y;
     if (wk == 0)
 #pragma unroll

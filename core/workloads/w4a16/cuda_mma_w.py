@@ -26,8 +26,9 @@ K step ``ks``: value (r, i) at bits ``4 r + 16 i`` is column ``32 cb + 16 e + g 
 column ``32 cb + 16 e + 8 h + g``. Both are timed apart and counted as memory (``Template.repack``).
 
 Genes, as this path reads them: threads, ksplit (warps along K), kblocks (blocks along K, added up
-in block order as the first path does), vec (32-column blocks a warp), batch (steps in flight),
-min_blocks, the cache hints of both loads. The others are set to one value (:func:`canonical`);
+in block order as the first path does), vec (32-column blocks a warp), batch (steps of words in
+flight), pipeline (``next``: x only two steps ahead, not ``batch``, so the words can go further ahead
+in the same registers), stages (the ring instead), min_blocks, the cache hints of both loads. The others are set to one value (:func:`canonical`);
 it takes no fused norm.
 """
 from __future__ import annotations
@@ -71,7 +72,9 @@ def canonical(g: Genome) -> Genome:
         g = with_gene(with_gene(g, "register_allocation", "batch", 1), "memory_pattern", "stages",
                       {3: 4, 6: 8}.get(g["memory_pattern"]["stages"], g["memory_pattern"]["stages"]))
         g = with_gene(with_gene(g, "memory_pattern", "w_load", ""), "memory_pattern", "x_load", "")
-    for group, name, value in (("memory_pattern", "layout", "gptq"), ("register_allocation", "pipeline", "off"), ("parallel_config", "rows_per_block", 1),
+    if g["memory_pattern"]["stages"] or g["register_allocation"]["batch"] <= 2:  # (x as far ahead as the words)
+        g = with_gene(g, "register_allocation", "pipeline", "off")
+    for group, name, value in (("memory_pattern", "layout", "gptq"), ("parallel_config", "rows_per_block", 1),
                                ("instruction_sequence", "first", "words"), ("instruction_sequence", "dequant", "half2"),
                                ("instruction_sequence", "nibbles", tuple(f"N{b}" for b in range(8))),
                                ("parallel_config", "ksplit", min(g["parallel_config"]["ksplit"], warps))):
@@ -79,11 +82,18 @@ def canonical(g: Genome) -> Genome:
     return with_gene(g, "register_allocation", "regs", {"scale": "word", "unroll": 1})
 
 
+def x_ahead(g: Genome) -> int:
+    """Steps of x in flight: ``batch`` (with the words), or with ``pipeline = next`` at most 2, so
+    that the words can go further ahead in the same registers (x comes from L1 and L2, not DRAM)."""
+    d = g["register_allocation"]["batch"]
+    return min(d, 2) if g["register_allocation"]["pipeline"] == "next" else d
+
+
 def registers(g: Genome) -> int:
     """32-bit registers of sums (16 rows: the most), words and x in flight (one step's with the
     ring), and two groups' scales."""
     s, d = shape_of(g), g["register_allocation"]["batch"]
-    return 2 * 4 * s["nt"] + 4 * d * (s["vec"] + s["th"]) + 4 * s["vec"]
+    return 2 * 4 * s["nt"] + 4 * (d * s["vec"] + x_ahead(g) * s["th"]) + 4 * s["vec"]
 
 
 def ring_bytes(g: Genome, rows: int = 16) -> int:
@@ -174,7 +184,7 @@ def render_source(g: Genome, problem: dict, entry: str, bounds: str) -> str:
     rows = tile_rows(problem)
     s, m, d = shape_of(g, rows), g["memory_pattern"], g["register_allocation"]["batch"]
     dtype = problem["dtype"]
-    T, base = SCALAR_TYPES[dtype][0], cuda_mma._TYPE[dtype][1]
+    T, base = SCALAR_TYPES[dtype][0], cuda_mma.TYPE[dtype][1]
     if problem.get("zero_points"):  # per column of the lane's two in each tile: magic + z
         zero = (f"\n                const int grp = gb + (s0 + u) / 4;\n#pragma unroll\n                for (int c = 0; c < NC; ++c)\n#pragma unroll\n"
                 f"                    for (int h = 0; h < 2; ++h) {{ const int col = min(n0 + 16 * c + 8 * h + g, N - 1);\n"
@@ -195,11 +205,13 @@ def render_source(g: Genome, problem: dict, entry: str, bounds: str) -> str:
                     "            slot = slot + 1 == S ? 0 : slot + 1;")
         w_at, x_at = "wc[c / 2]", "xc[h]"
     else:  # a ring of D steps in registers: the loop over a group's steps is unrolled, so the slot is a constant
-        ring_start = ("    uint4 w[D][VEC], xv[D][TH];\n#pragma unroll\n    for (int u = 0; u < D; ++u)\n"
-                      "        if (u < steps) load_step(w[u], xv[u], wp, wstride, xp, ok, u);\n")
-        step_top = "            const int slot = u % D;\n"
-        step_end = "            if (s0 + u + D < steps) load_step(w[slot], xv[slot], wp, wstride, xp, ok, s0 + u + D);"
-        w_at, x_at = "w[slot][c / 2]", "xv[slot][h]"
+        ring_start = ("    uint4 w[D][VEC], xv[DX][TH];\n#pragma unroll\n    for (int u = 0; u < D; ++u)\n"
+                      "        if (u < steps) load_words(w[u], wp, wstride, u);\n#pragma unroll\n    for (int u = 0; u < DX; ++u)\n"
+                      "        if (u < steps) load_x(xv[u], xp, ok, u);\n")
+        step_top = "            const int slot = u % D, xs = u % DX;\n"
+        step_end = ("            if (s0 + u + D < steps) load_words(w[slot], wp, wstride, s0 + u + D);\n"
+                    "            if (s0 + u + DX < steps) load_x(xv[xs], xp, ok, s0 + u + DX);")
+        w_at, x_at = "w[slot][c / 2]", "xv[xs][h]"
     return f"""// AbeBot generated CUDA W4A16 on tensor cores, weights as A ({dtype}, zero points: {problem.get('zero_points', False)})
 typedef {T} T;
 #define THREADS {32 * s['warps']}
@@ -210,20 +222,23 @@ typedef {T} T;
 #define TH {s['th']}
 #define NT (NC * TH)
 #define D {d}
+#define DX {x_ahead(g)}
 #define U {unroll}
 #define KB {s['kb']}
 #define ROWS {rows}
 #define S {stages}
 
 {cuda_mma.helpers(dtype, m['x_load'])}
-// one step of 32 along K: VEC uint4 of words and TH uint4 of x (row g, and g + 8 with 16 rows)
-static __device__ __forceinline__ void load_step(uint4 *w, uint4 *xv, const uint4 *wp, long long wstride, const T *const *xp, const bool *ok, int step) {{
+// one step of 32 along K: VEC uint4 of words, and TH uint4 of x (row g, and g + 8 with 16 rows)
+static __device__ __forceinline__ void load_words(uint4 *w, const uint4 *wp, long long wstride, int step) {{
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {{ const uint4 *p = wp + i * wstride + step * 32; {cuda_mma._ld(m["w_load"], "v4", "w[i]", "p")} }}
+    for (int i = 0; i < VEC; ++i) {{ const uint4 *p = wp + i * wstride + step * 32; {cuda_mma.ld(m["w_load"], "v4", "w[i]", "p")} }}
+}}
+static __device__ __forceinline__ void load_x(uint4 *xv, const T *const *xp, const bool *ok, int step) {{
 #pragma unroll
     for (int h = 0; h < TH; ++h) {{
         xv[h] = make_uint4(0u, 0u, 0u, 0u);
-        if (ok[h]) {{ const T *p = xp[h] + step * 32; {cuda_mma._ld(m["x_load"], "v4", "xv[h]", "p")} }}
+        if (ok[h]) {{ const T *p = xp[h] + step * 32; {cuda_mma.ld(m["x_load"], "v4", "xv[h]", "p")} }}
     }}
 }}
 // step `step` (if < steps) of every lane's words and x rows into ring slot `slot`; a group is
@@ -303,7 +318,7 @@ extern "C" __global__ void {bounds}
     }}
 {cuda_mma.REDUCE_WK}
 #if KB > 1
-{cuda_mma._SPLIT_K}
+{cuda_mma.SPLIT_K}
 #endif
     if (wk != 0) return;
 #pragma unroll
