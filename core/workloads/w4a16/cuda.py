@@ -91,7 +91,8 @@ class CudaW4A16Template(Template):
         return 4 * (floats + ints)
 
     def repack(self, kernel: Any, arrays: Any, weights: dict, shape: dict) -> dict:
-        """The tensor-core path's words (:func:`cuda_mma.repack`); the GEMV path's words and scales
+        """A tensor-core path's words (:func:`cuda_mma.repack`; with the weights as A, its scales too:
+        :func:`cuda_mma_w.repack`); the GEMV path's words and scales
         in strips (:func:`strips`) when its layout gene says so; else nothing."""
         lp = kernel.launch_params
         if lp.get("math") == cuda_mma_w.MATH:
