@@ -232,5 +232,7 @@ def test_weights_as_a_genomes_are_canonical_fit_and_render():
             assert lp["dynamic_shared_bytes"] == cuda_mma_w.ring_bytes(g, rows)
     assert seen > 20
     # the fused template offers no weights-as-A path (it takes no norm)
-    fused = fused_cuda.CudaRmsNormW4A16Template.gene_space(type("T", (), {"problem": {"dtype": "bfloat16"}})())
+    from types import SimpleNamespace
+
+    fused = fused_cuda.CudaRmsNormW4A16Template.gene_space(SimpleNamespace(problem={"dtype": "bfloat16"}))
     assert cuda_mma_w.MATH not in fused.gene("instruction_sequence", "math").options
