@@ -39,10 +39,9 @@ from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import GeneSpace, Genome
 from core.workloads.template import Template
-from core.workloads.w4a16 import cuda_mma, cuda_mma_w, cuda_norm, cuda_ring
+from core.workloads.w4a16 import cuda_mma, cuda_mma_w, cuda_norm
 from core.workloads.w4a16.cuda_genes import (CANONICALISERS, fits, gene_groups, launch_bounds, register_cap, seeds,
                                              shared_bytes, thread_floats)
-
 
 
 class CudaW4A16Template(Template):
@@ -55,17 +54,13 @@ class CudaW4A16Template(Template):
                          canonicalisers=CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
-        if cuda_mma_w.applies(genome):
-            resources = {"threads": genome["parallel_config"]["threads"], "shared_bytes": cuda_mma_w.shared_bytes(genome),
-                         "registers": min(register_cap(genome), 40 + cuda_mma_w.registers(genome))}
-            return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",),
-                                cuda_mma_w.launch(genome, self.problem), resources)
-        if genome["instruction_sequence"]["math"] == "mma":
+        path = _path(genome["instruction_sequence"]["math"])
+        if path:  # a tensor-core path; its cp.async ring is dynamic shared memory
+            launch = path.launch(genome, self.problem)
             resources = {"threads": genome["parallel_config"]["threads"],
-                         "shared_bytes": shared_bytes(genome) + cuda_ring.ring_bytes(genome),
-                         "registers": min(register_cap(genome), 40 + cuda_mma.registers(genome))}
-            return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",),
-                                cuda_mma.launch(genome), resources)
+                         "shared_bytes": shared_bytes(genome) + launch["dynamic_shared_bytes"],
+                         "registers": min(register_cap(genome), 40 + path.registers(genome))}
+            return KernelSource("cuda", render_source(genome, self.problem), "abebot_w4a16", ("-std=c++17",), launch, resources)
         p, v = genome["parallel_config"], genome["memory_pattern"]["vec"]
         col_threads = p["threads"] // p["ksplit"]
         launch = {"threads": p["threads"], "col_threads": col_threads, "vec": v, "rows_per_block": p["rows_per_block"],
@@ -85,9 +80,10 @@ class CudaW4A16Template(Template):
 
     def extra_bytes(self, kernel: Any, artifact: Any, shape: dict) -> int:
         """The tensor-core path's partial tiles and counters when it splits K over blocks."""
-        if kernel.launch_params.get("math") not in ("mma", cuda_mma_w.MATH):
+        path = _path(kernel.launch_params.get("math"))
+        if not path:
             return super().extra_bytes(kernel, artifact, shape)
-        floats, ints = _path(kernel.launch_params).workspace(kernel.launch_params, shape["m"], shape["n"])
+        floats, ints = path.workspace(kernel.launch_params, shape["m"], shape["n"])
         return 4 * (floats + ints)
 
     def repack(self, kernel: Any, arrays: Any, weights: dict, shape: dict) -> dict:
@@ -108,17 +104,19 @@ class CudaW4A16Template(Template):
 
 def grid(lp: dict, m: int, n: int) -> tuple[int, int, int]:
     """The launch grid of a kernel with launch parameters ``lp`` for an m x n output."""
-    if lp.get("math") in ("mma", cuda_mma_w.MATH):
-        return _path(lp).grid(lp, m, n)
+    path = _path(lp.get("math"))
+    if path:
+        return path.grid(lp, m, n)
     return (-(-(-(-n // lp["vec"])) // lp["col_threads"]), -(-m // lp["rows_per_block"]), 1)
 
 
 def workspace(lp: dict, t: dict, shape: dict) -> tuple:
     """The tensor-core path's last two arguments: its partial tiles and zeroed tile counters (the
     output twice when it needs none: never touched); nothing for the GEMV path."""
-    if lp.get("math") not in ("mma", cuda_mma_w.MATH):
+    path = _path(lp.get("math"))
+    if not path:
         return ()
-    floats, ints = _path(lp).workspace(lp, shape["m"], shape["n"])
+    floats, ints = path.workspace(lp, shape["m"], shape["n"])
     if not floats:
         return t["y"], t["y"]
     import torch
@@ -126,9 +124,10 @@ def workspace(lp: dict, t: dict, shape: dict) -> tuple:
     return t["y"].new_empty((floats,), dtype=torch.float32), t["y"].new_zeros((ints,), dtype=torch.int32)
 
 
-def _path(lp: dict) -> Any:
-    """The module of a tensor-core path's launch parameters."""
-    return cuda_mma_w if lp.get("math") == cuda_mma_w.MATH else cuda_mma
+def _path(math: str | None) -> Any:
+    """The module of the tensor-core path ``math`` (a genome's gene or a kernel's launch parameter),
+    or None for the GEMV."""
+    return {"mma": cuda_mma, cuda_mma_w.MATH: cuda_mma_w}.get(math)
 
 
 def keeping(launch: Callable[[], None], tensors: tuple) -> Callable[[], None]:
@@ -166,15 +165,12 @@ def strips(rows: Any, cols: int) -> Any:
     Element (i, c) lands at ((c / cols) * r + i) * cols + c % cols."""
     r, n = rows.shape
     npad = -(-n // cols) * cols
-    if type(rows).__module__.startswith("torch"):
-        import torch
-
-        padded = torch.nn.functional.pad(rows, (0, npad - n)) if npad != n else rows
+    lib, torch_like = cuda_mma.array_library(rows)
+    if torch_like:
+        padded = lib.nn.functional.pad(rows, (0, npad - n)) if npad != n else rows
         return padded.reshape(r, npad // cols, cols).permute(1, 0, 2).contiguous()
-    import numpy as np
-
-    padded = np.pad(rows, ((0, 0), (0, npad - n))) if npad != n else rows
-    return np.ascontiguousarray(padded.reshape(r, npad // cols, cols).transpose(1, 0, 2))
+    padded = lib.pad(rows, ((0, 0), (0, npad - n))) if npad != n else rows
+    return lib.ascontiguousarray(padded.reshape(r, npad // cols, cols).transpose(1, 0, 2))
 
 
 TEMPLATE = CudaW4A16Template

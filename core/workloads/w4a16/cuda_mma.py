@@ -108,8 +108,9 @@ def fits(g: Genome) -> str | None:
     return None
 
 
-def launch(g: Genome) -> dict:
-    """What :meth:`bind` and :meth:`repack` read: the block, its columns, the tile width."""
+def launch(g: Genome, problem: dict | None = None) -> dict:
+    """What :meth:`bind` and :meth:`repack` read: the block, its columns, the tile width (16 rows
+    whatever the ``problem``)."""
     s = shape_of(g)
     return {"math": "mma", "threads": 32 * s["warps"], "cols": s["cols"], "kblocks": s["kb"], "rows_per_block": 16,
             "dynamic_shared_bytes": cuda_ring.ring_bytes(g)}
@@ -127,22 +128,29 @@ def workspace(lp: dict, m: int, n: int) -> tuple[int, int]:
     return kb * gx * gy * lp["cols"] * 16, gx * gy
 
 
+def array_library(a: Any) -> tuple[Any, bool]:
+    """The module of array ``a`` (torch on a GPU, numpy in the tests) and whether it is torch."""
+    if type(a).__module__.startswith("torch"):
+        import torch
+
+        return torch, True
+    import numpy
+
+    return numpy, False
+
+
 def repack(qweight: Any, cols: int) -> Any:
     """GPTQ words (k_groups, 16, n) in the mma layout of the module docstring, N padded with zero
     words to a multiple of ``cols``: int32 (n_pad / 32, K / 32, 32, 4), in the input's library
     (torch on a GPU, numpy in the tests)."""
     g, _, n = qweight.shape
     k, npad = 128 * g, -(-n // cols) * cols
-    torch_like = type(qweight).__module__.startswith("torch")
-    if torch_like:
-        import torch as lib
-        ar = lambda m: lib.arange(m, dtype=qweight.dtype, device=qweight.device)  # noqa: E731
-    else:
-        import numpy as lib
-        ar = lambda m: lib.arange(m, dtype=qweight.dtype)  # noqa: E731
+    lib, torch_like = array_library(qweight)
+    dev = {"device": qweight.device} if torch_like else {}
+    ar = lambda m: lib.arange(m, dtype=qweight.dtype, **dev)  # noqa: E731
     q = ((qweight.reshape(16 * g, 1, n) >> (ar(8).reshape(1, 8, 1) * 4)) & 15).reshape(k, n)  # k = 8 r + b
     if npad != n:
-        pad = lib.zeros((k, npad - n), dtype=q.dtype, **({"device": q.device} if torch_like else {}))
+        pad = lib.zeros((k, npad - n), dtype=q.dtype, **dev)
         q = lib.cat((q, pad), 1) if torch_like else lib.concatenate((q, pad), 1)
     # k = 32 ks + 8 t + 4 s + 2 h + i and n = 32 nb + 8 j + g  ->  (nb, ks, g, t, j, s, h, i)
     q = q.reshape(k // 32, 4, 2, 2, 2, npad // 32, 4, 8)

@@ -141,21 +141,11 @@ def workspace(lp: dict, m: int, n: int) -> tuple[int, int]:
     return kb * gx * gy * lp["tile_floats"], gx * gy
 
 
-def _library(a: Any):
-    if type(a).__module__.startswith("torch"):
-        import torch
-
-        return torch, True
-    import numpy
-
-    return numpy, False
-
-
 def repack(qweight: Any, scales: Any, cols: int) -> tuple[Any, Any]:
     """GPTQ words (k_groups, 16, n) and scales (k_groups, n) in this path's layouts (the module
     docstring), N padded with zeros to a multiple of ``cols``: int32 (n_pad / 32, K / 32, 32, 4) and
     (n_pad / 32, k_groups, 8, 4) in the scales' dtype, in the inputs' library (torch or numpy)."""
-    lib, torch_like = _library(qweight)
+    lib, torch_like = cuda_mma.array_library(qweight)
     g, _, n = qweight.shape
     k, npad = 128 * g, -(-n // cols) * cols
     dev = {"device": qweight.device} if torch_like else {}
