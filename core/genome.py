@@ -387,10 +387,10 @@ class GeneSpace:
         """The hand-written seeds, canonical, each once (two seeds may be twins)."""
         out = []
         for s in self.seeds:
-            g = Genome(s)
-            reason = self.validate(g)
-            if reason:
-                raise ValueError(f"seed genome invalid: {reason}")
+            try:  # (from_json gives a gene added since the seed was written its legacy value)
+                g = self.from_json(s)
+            except ValueError as e:
+                raise ValueError(f"seed genome invalid: {e}") from None
             g = self.canonical(g)
             reason = self.validate(g)
             if reason:

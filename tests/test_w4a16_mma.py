@@ -208,7 +208,7 @@ def test_weights_as_a_genomes_are_canonical_fit_and_render():
 
     space = GeneSpace(cuda.gene_groups("bfloat16"), (cuda.fits,), cuda.seeds("bfloat16"),
                       canonicalisers=cuda_genes.CANONICALISERS)
-    rng, seen = random.Random(5), 0
+    rng, seen, bulks = random.Random(5), 0, 0
     for _ in range(400):
         g = space.random(rng)
         if not cuda_mma_w.applies(g):
@@ -217,22 +217,69 @@ def test_weights_as_a_genomes_are_canonical_fit_and_render():
         assert g["register_allocation"]["regs"]["scale"] == "word"
         assert g["register_allocation"]["pipeline"] == "off" or (g["register_allocation"]["batch"] > 2 and not g["memory_pattern"]["stages"])
         assert cuda_mma_w.x_ahead(g) == (min(2, g["register_allocation"]["batch"]) if g["register_allocation"]["pipeline"] == "next"
-                                         else g["register_allocation"]["batch"])
+                                         else 1 if g["memory_pattern"]["stages"] else g["register_allocation"]["batch"])
         assert g["memory_pattern"]["stages"] in (0, 2, 4, 8) and cuda_mma_w.fits(g) is None
         if g["memory_pattern"]["stages"]:
-            assert g["register_allocation"]["batch"] == 1 and g["memory_pattern"]["w_load"] == ""
+            assert g["register_allocation"]["batch"] in ((1, 2, 4) if cuda_mma_w.bulk(g) else (1,))
+            assert g["memory_pattern"]["w_load"] == ""
+        else:
+            assert g["memory_pattern"]["copy"] == "lanes"
+        bulks += cuda_mma_w.bulk(g)
         for m, rows in ((1, 8), (16, 16)):
             problem = {"dtype": "bfloat16", "zero_points": m == 16, "m": m, "n": 8192, "k_groups": 224}
             src = cuda.render_source(g, problem)
             assert f"#define ROWS {rows}" in src and "const uint2 *__restrict__ sp" in src
             assert f"#define DX {cuda_mma_w.x_ahead(g)}" in src
-            assert ("zp[" in src) == (m == 16) and ("extern __shared__ uint4 ring[]" in src) == bool(g["memory_pattern"]["stages"])
+            bulk = cuda_mma_w.bulk(g)
+            assert ("zp[" in src) == (m == 16) and ("extern __shared__ uint4 ring[]" in src) == (g["memory_pattern"]["stages"] and not bulk)
+            assert ("cp.async.bulk.shared" in src) == bulk and ("mbarrier.try_wait.parity" in src) == bulk
             lp = cuda_mma_w.launch(g, problem)
             assert cuda.grid(lp, 33, 8192) == (8192 // lp["cols"], -(-33 // rows), g["parallel_config"]["kblocks"])
             assert lp["dynamic_shared_bytes"] == cuda_mma_w.ring_bytes(g, rows)
-    assert seen > 20
+    assert seen > 20 and bulks > 3
     # the fused template offers no weights-as-A path (it takes no norm)
     from types import SimpleNamespace
 
     fused = fused_cuda.CudaRmsNormW4A16Template.gene_space(SimpleNamespace(problem={"dtype": "bfloat16"}))
     assert cuda_mma_w.MATH not in fused.gene("instruction_sequence", "math").options
+
+
+def test_bulk_copies_fill_slots_of_x_rows_and_the_blocks_words():
+    """The bulk ring: ``stages`` slots per warp along K, each a chunk of 4 / batch steps: its x rows
+    (apart by 64 bytes a step, plus 64 when that is a multiple of 128: rows g and g + 1 of a quarter
+    warp in different banks) and every column block's 512 bytes of words a step; ``copy`` means
+    nothing without the ring, or on the other paths."""
+    from core.workloads.w4a16 import cuda_mma_w, cuda_mma_w_bulk
+
+    space = GeneSpace(cuda.gene_groups("bfloat16"), (cuda.fits,), cuda.seeds("bfloat16"),
+                      canonicalisers=cuda_genes.CANONICALISERS)
+    d = space.from_json(cuda_genes.MMA_SEEDS[-2]).to_dict()  # 2 warps along K by 4 along N, 32 columns a warp
+    assert cuda_mma_w.bulk(space.seed_genomes()[-1])
+    d["memory_pattern"].update(stages=4, copy="bulk")
+    d["register_allocation"].update(batch=1)
+    g = space.canonical(space.from_json(d))
+    assert cuda_mma_w.bulk(g) and space.validate(g) is None and cuda_mma_w.slot_steps(g) == 4
+    assert cuda_mma_w.ring_bytes(g, 16) == 2 * 4 * (16 * 320 + 4 * 1 * 2048)
+    assert cuda_mma_w.ring_bytes(g, 8) == 2 * 4 * (8 * 320 + 4 * 2048)
+    assert [cuda_mma_w_bulk.x_row(s) % 128 for s in (1, 2, 4)] == [64, 64, 64]
+    src = cuda.render_source(g, {"dtype": "bfloat16", "zero_points": False, "m": 16, "n": 8192, "k_groups": 224})
+    assert f"#define SLOT {16 * 320 + 4 * 2048}" in src and "#error" in src and "__CUDA_ARCH__ < 900" in src
+    assert cuda_mma_w.launch(g, {"m": 16})["dynamic_shared_bytes"] == cuda_mma_w.ring_bytes(g, 16)
+    # a group in 2 or 4 slots (batch); 8 is read as 4
+    for batch, steps in ((2, 2), (4, 1), (8, 1)):
+        h = space.canonical(space.from_json({**d, "register_allocation": {**d["register_allocation"], "batch": batch}}))
+        assert cuda_mma_w.slot_steps(h) == steps and cuda_mma_w.registers(h) == cuda_mma_w.registers(g)
+        assert cuda_mma_w.ring_bytes(h, 16) == 2 * 4 * (16 * (64 * steps + 64 * (steps % 2 == 0)) + 4 * steps * 512)
+        assert f"#define SG {steps}" in cuda.render_source(h, {"dtype": "bfloat16", "zero_points": False, "m": 16,
+                                                               "n": 8192, "k_groups": 224})
+    # eight groups in flight for four warps along K do not fit the ring's limit
+    with pytest.raises(ValueError, match="ring of 294912 B"):
+        space.from_json({**d, "memory_pattern": {**d["memory_pattern"], "stages": 8},
+                         "parallel_config": {**d["parallel_config"], "ksplit": 4}})
+    h = space.canonical(space.from_json({**d, "memory_pattern": {**d["memory_pattern"], "stages": 0}}))
+    assert h["memory_pattern"]["copy"] == "lanes"
+    other = space.canonical(space.from_json({**d, "instruction_sequence": {**d["instruction_sequence"], "math": "mma"}}))
+    assert other["memory_pattern"]["copy"] == "lanes"
+    # genomes saved before the gene existed load with every lane's copies
+    old = {grp: {k: v for k, v in genes.items() if k != "copy"} for grp, genes in d.items()}
+    assert space.from_json(old)["memory_pattern"]["copy"] == "lanes"

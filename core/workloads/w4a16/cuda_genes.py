@@ -34,6 +34,9 @@ def gene_groups(dtype: str = "bfloat16") -> dict:
             ChoiceGene("stages", (0, 2, 3, 4, 6, 8), "tensor-core path: chunks of words in flight through a "
                                                     "shared-memory ring filled by cp.async (0: loads into registers)",
                        legacy=0),
+            ChoiceGene("copy", ("lanes", "bulk"), "what fills the weights-as-A path's ring: every lane's cp.async, or "
+                                                  "(sm_90) bulk copies of whole groups, x rows shared by the block's warps",
+                       legacy="lanes"),
         ),
         "register_allocation": (
             ChoiceGene("batch", (1, 2, 4, 8), "words (of vec columns) loaded before their math"),
@@ -118,6 +121,11 @@ MMA_SEEDS += ({"parallel_config": {"threads": 256, "ksplit": 2, "rows_per_block"
                "memory_pattern": {"vec": 1, "w_load": ".cs", "x_load": "", "layout": "gptq", "stages": 0},
                "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 2},
                "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "mma_w"}},)
+# that one's ring filled by bulk copies, 64 columns a warp, 8 blocks along K, one block an SM
+# (call 24: 51.6 us against its 55.5 us, do_bench; call 26's GA champion: 45.17 us, 2.53x cuBLAS)
+MMA_SEEDS += ({**MMA_SEEDS[-1], "parallel_config": {**MMA_SEEDS[-1]["parallel_config"], "kblocks": 8},
+               "memory_pattern": {"vec": 2, "w_load": "", "x_load": "", "layout": "gptq", "stages": 2, "copy": "bulk"},
+               "register_allocation": {**MMA_SEEDS[-1]["register_allocation"], "batch": 1, "min_blocks": 1}},)
 
 
 def half2_pairs(g: Genome) -> Genome:

@@ -37,7 +37,7 @@ from typing import Any
 
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import Genome, with_gene
-from core.workloads.w4a16 import cuda_mma
+from core.workloads.w4a16 import cuda_mma, cuda_mma_w_bulk
 
 MATH = "mma_w"
 PACKED = ("qweight_mma_w", "scales_mma_w")  # the repacked words' and scales' names in bind()'s tensors
@@ -47,6 +47,16 @@ RING_LIMIT = 160 * 1024  # with the reduction's 48 KB, under the 227 KB a block 
 
 def applies(g: Genome) -> bool:
     return g["instruction_sequence"]["math"] == MATH
+
+
+def bulk(g: Genome) -> bool:
+    """Whether the ring is filled by bulk copies of whole groups (:mod:`cuda_mma_w_bulk`), not every lane's cp.async."""
+    return bool(g["memory_pattern"]["stages"]) and g["memory_pattern"]["copy"] == "bulk"
+
+
+def slot_steps(g: Genome) -> int:
+    """Steps of 32 along K in one slot of the bulk ring: a group cut into ``batch`` slots."""
+    return 4 // g["register_allocation"]["batch"]
 
 
 def tile_rows(problem: dict) -> int:
@@ -66,10 +76,13 @@ def shape_of(g: Genome, rows: int = 16) -> dict:
 def canonical(g: Genome) -> Genome:
     """Genes this path does not read set to one value (so equal kernels are equal genomes)."""
     if not applies(g):
-        return g
+        return g if g["memory_pattern"]["copy"] == "lanes" else with_gene(g, "memory_pattern", "copy", "lanes")
+    if not g["memory_pattern"]["stages"]:
+        g = with_gene(g, "memory_pattern", "copy", "lanes")
     warps = g["parallel_config"]["threads"] // 32
     if g["memory_pattern"]["stages"]:  # the ring holds the steps in flight, and cp.async is its loads' only hint
-        g = with_gene(with_gene(g, "register_allocation", "batch", 1), "memory_pattern", "stages",
+        batch = min(g["register_allocation"]["batch"], 4) if bulk(g) else 1  # (bulk: slots a group is cut into)
+        g = with_gene(with_gene(g, "register_allocation", "batch", batch), "memory_pattern", "stages",
                       {3: 4, 6: 8}.get(g["memory_pattern"]["stages"], g["memory_pattern"]["stages"]))
         g = with_gene(with_gene(g, "memory_pattern", "w_load", ""), "memory_pattern", "x_load", "")
     if g["memory_pattern"]["stages"] or g["register_allocation"]["batch"] <= 2:  # (x as far ahead as the words)
@@ -82,23 +95,31 @@ def canonical(g: Genome) -> Genome:
     return with_gene(g, "register_allocation", "regs", {"scale": "word", "unroll": 1})
 
 
+def words_ahead(g: Genome) -> int:
+    """Steps of words in flight in registers: ``batch``, or one with a ring (its ``batch`` means slots a group)."""
+    return 1 if g["memory_pattern"]["stages"] else g["register_allocation"]["batch"]
+
+
 def x_ahead(g: Genome) -> int:
     """Steps of x in flight: ``batch`` (with the words), or with ``pipeline = next`` at most 2, so
     that the words can go further ahead in the same registers (x comes from L1 and L2, not DRAM)."""
-    d = g["register_allocation"]["batch"]
+    d = words_ahead(g)
     return min(d, 2) if g["register_allocation"]["pipeline"] == "next" else d
 
 
 def registers(g: Genome) -> int:
     """32-bit registers of sums (16 rows: the most), words and x in flight (one step's with the
     ring), and two groups' scales."""
-    s, d = shape_of(g), g["register_allocation"]["batch"]
+    s, d = shape_of(g), words_ahead(g)
     return 2 * 4 * s["nt"] + 4 * (d * s["vec"] + x_ahead(g) * s["th"]) + 4 * s["vec"]
 
 
 def ring_bytes(g: Genome, rows: int = 16) -> int:
-    """``stages`` steps of every lane's words and x rows in dynamic shared memory (0 without the ring)."""
+    """``stages`` steps of every lane's words and x rows in dynamic shared memory (0 without the ring),
+    or with bulk copies ``stages`` groups of the block's words and x rows per warp along K."""
     s = shape_of(g, rows)
+    if bulk(g):
+        return cuda_mma_w_bulk.ring_bytes(s, rows, g["memory_pattern"]["stages"], slot_steps(g))
     return g["memory_pattern"]["stages"] * (s["vec"] + s["th"]) * 32 * s["warps"] * 16
 
 
@@ -113,7 +134,7 @@ def fits(g: Genome) -> str | None:
     if g["instruction_sequence"].get("norm"):
         return "the weights-as-A tensor-core path takes no fused norm"
     if ring_bytes(g) > RING_LIMIT:
-        return f"a cp.async ring of {ring_bytes(g)} B (> {RING_LIMIT})"
+        return f"a ring of {ring_bytes(g)} B of shared memory (> {RING_LIMIT})"
     if registers(g) > MAX_REGS:
         return f"{registers(g)} registers of sums, words, x and scales (> {MAX_REGS})"
     if shared_bytes(g) > cuda_mma.SMEM_LIMIT:
@@ -172,7 +193,7 @@ def render_source(g: Genome, problem: dict, entry: str, bounds: str) -> str:
     """The kernel of genome ``g`` (16-bit activations); ``entry`` and ``bounds`` come from the CUDA
     template (the kernel's name and parameters; its ``__launch_bounds__``)."""
     rows = tile_rows(problem)
-    s, m, d = shape_of(g, rows), g["memory_pattern"], g["register_allocation"]["batch"]
+    s, m, d = shape_of(g, rows), g["memory_pattern"], words_ahead(g)
     dtype = problem["dtype"]
     T, base = SCALAR_TYPES[dtype][0], cuda_mma.TYPE[dtype][1]
     if problem.get("zero_points"):  # per column of the lane's two in each tile: magic + z
@@ -186,7 +207,12 @@ def render_source(g: Genome, problem: dict, entry: str, bounds: str) -> str:
     entry = entry.replace(") {", ", float *__restrict__ ws, int *__restrict__ cnt) {", 1).replace(
         "const T *__restrict__ sc", "const uint2 *__restrict__ sp", 1)
     unroll, stages = max(4, d), m["stages"]
-    if stages:  # words and x through a ring of `stages` steps in shared memory, filled by cp.async
+    extra = ""
+    if bulk(g):  # groups of words and x through a ring filled by bulk copies (cuda_mma_w_bulk)
+        B = cuda_mma_w_bulk
+        extra, ring_start, step_top, step_end = B.defines(s, rows, slot_steps(g)) + B.HELPERS, B.START, B.TOP, B.END
+        w_at, x_at = "wc[c / 2]", "xc[h]"
+    elif stages:  # words and x through a ring of `stages` steps in shared memory, filled by cp.async
         ring_start = ("    extern __shared__ uint4 ring[];\n    int slot = 0;\n#pragma unroll\n"
                       "    for (int r = 0; r < S; ++r) ring_issue(ring, r, wp, wstride, xp, ok, r, steps);\n")
         step_top = ("            cp_async_wait<S - 1>();\n            uint4 wc[VEC], xc[TH];\n#pragma unroll\n"
@@ -219,7 +245,7 @@ typedef {T} T;
 #define S {stages}
 
 {cuda_mma.helpers(dtype, m['x_load'])}
-// one step of 32 along K: VEC uint4 of words, and TH uint4 of x (row g, and g + 8 with 16 rows)
+{extra}// one step of 32 along K: VEC uint4 of words, and TH uint4 of x (row g, and g + 8 with 16 rows)
 static __device__ __forceinline__ void load_words(uint4 *w, const uint4 *wp, long long wstride, int step) {{
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {{ const uint4 *p = wp + i * wstride + step * 32; {cuda_mma.ld(m["w_load"], "v4", "w[i]", "p")} }}
