@@ -56,7 +56,7 @@ def bulk(g: Genome) -> bool:
 
 def slot_steps(g: Genome) -> int:
     """Steps of 32 along K in one slot of the bulk ring: a group cut into ``batch`` slots."""
-    return 4 // g["register_allocation"]["batch"]
+    return 4 // min(g["register_allocation"]["batch"], 4)
 
 
 def tile_rows(problem: dict) -> int:
