@@ -283,3 +283,23 @@ def test_bulk_copies_fill_slots_of_x_rows_and_the_blocks_words():
     # genomes saved before the gene existed load with every lane's copies
     old = {grp: {k: v for k, v in genes.items() if k != "copy"} for grp, genes in d.items()}
     assert space.from_json(old)["memory_pattern"]["copy"] == "lanes"
+
+
+def test_static_shared_memory_counts_the_split_k_flag_and_the_bulk_barriers():
+    """ptxas refuses a byte of static shared memory over 48 KB: a 48 KB reduction fits with one block
+    along K, not with the split-K flag of several (compile errors of calls 25 and 26, now refused first)."""
+    from core.genome import Genome
+    from core.workloads.w4a16 import cuda_mma_w
+
+    d = Genome.from_json(cuda_genes.MMA_SEEDS[-1]).to_dict()
+    d["parallel_config"].update(threads=512, ksplit=4, kblocks=1)
+    d["memory_pattern"].update(vec=2, stages=2, copy="lanes")
+    d["register_allocation"].update(min_blocks=1)
+    assert cuda_mma_w.shared_bytes(Genome(d)) == 48 * 1024 and cuda_mma_w.fits(Genome(d)) is None
+    d["parallel_config"]["kblocks"] = 2
+    assert "49156 B of static shared memory" in cuda_mma_w.fits(Genome(d))
+    d["memory_pattern"]["copy"] = "bulk"
+    assert cuda_mma_w.shared_bytes(Genome(d)) == 48 * 1024 + 4 + 16 * 4 * 2
+    old = Genome.from_json({**cuda_genes.MMA_SEEDS[0], "parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block": 1, "kblocks": 2},
+                            "memory_pattern": {**cuda_genes.MMA_SEEDS[0]["memory_pattern"], "vec": 4}})
+    assert cuda_mma.shared_bytes(old) == 3 * 2 * cuda_mma.shape_of(old)["nt"] * 512 + 4

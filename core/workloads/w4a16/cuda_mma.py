@@ -92,9 +92,10 @@ def registers(g: Genome) -> int:
 
 
 def shared_bytes(g: Genome) -> int:
-    """The K warps' partial sums: every warp but the first of each column of warps."""
+    """Static shared memory: the K warps' partial sums (every warp but the first of each column of
+    warps), and the split-K flag with blocks along K (ptxas refuses a byte over 48 KB)."""
     s = shape_of(g)
-    return (s["wk"] - 1) * s["wn"] * s["nt"] * 4 * 32 * 4
+    return (s["wk"] - 1) * s["wn"] * s["nt"] * 4 * 32 * 4 + (4 if s["kb"] > 1 else 0)
 
 
 def fits(g: Genome) -> str | None:
@@ -104,7 +105,7 @@ def fits(g: Genome) -> str | None:
     if registers(g) > MAX_REGS:
         return f"{registers(g)} registers of accumulators, words and fragments (> {MAX_REGS})"
     if shared_bytes(g) > SMEM_LIMIT:
-        return f"the K warps' reduction needs {shared_bytes(g)} B of shared memory (> {SMEM_LIMIT})"
+        return f"{shared_bytes(g)} B of static shared memory, the K warps' reduction with its flags (> {SMEM_LIMIT})"
     return None
 
 

@@ -124,9 +124,11 @@ def ring_bytes(g: Genome, rows: int = 16) -> int:
 
 
 def shared_bytes(g: Genome) -> int:
-    """The K warps' partial sums: every warp but the first of each column of warps."""
+    """Static shared memory: the K warps' partial sums (every warp but the first of each column of
+    warps), the split-K flag with blocks along K, and the bulk ring's two barriers a slot."""
     s = shape_of(g)
-    return (s["wk"] - 1) * s["wn"] * s["nt"] * 4 * 32 * 4
+    return ((s["wk"] - 1) * s["wn"] * s["nt"] * 4 * 32 * 4 + (4 if s["kb"] > 1 else 0)
+            + (16 * s["wk"] * g["memory_pattern"]["stages"] if bulk(g) else 0))
 
 
 def fits(g: Genome) -> str | None:
@@ -138,7 +140,7 @@ def fits(g: Genome) -> str | None:
     if registers(g) > MAX_REGS:
         return f"{registers(g)} registers of sums, words, x and scales (> {MAX_REGS})"
     if shared_bytes(g) > cuda_mma.SMEM_LIMIT:
-        return f"the K warps' reduction needs {shared_bytes(g)} B of shared memory (> {cuda_mma.SMEM_LIMIT})"
+        return f"{shared_bytes(g)} B of static shared memory, the K warps' reduction with its flags (> {cuda_mma.SMEM_LIMIT})"
     return None
 
 
