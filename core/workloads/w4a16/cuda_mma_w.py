@@ -28,7 +28,9 @@ column ``32 cb + 16 e + 8 h + g``. Both are timed apart and counted as memory (`
 Genes, as this path reads them: threads, ksplit (warps along K), kblocks (blocks along K, added up
 in block order as the first path does), vec (32-column blocks a warp), batch (steps of words in
 flight), pipeline (``next``: x only two steps ahead, not ``batch``, so the words can go further ahead
-in the same registers), stages (the ring instead), min_blocks, the cache hints of both loads. The others are set to one value (:func:`canonical`);
+in the same registers), stages (the ring instead), copy (what fills the ring: every lane's cp.async, or
+bulk copies of chunks, :mod:`cuda_mma_w_bulk`, where ``batch`` cuts a group into slots), min_blocks, the
+cache hints of both loads. The others are set to one value (:func:`canonical`);
 it takes no fused norm.
 """
 from __future__ import annotations
