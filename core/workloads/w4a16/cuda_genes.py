@@ -35,7 +35,7 @@ def gene_groups(dtype: str = "bfloat16") -> dict:
                                                     "shared-memory ring filled by cp.async (0: loads into registers)",
                        legacy=0),
             ChoiceGene("copy", ("lanes", "bulk"), "what fills the weights-as-A path's ring: every lane's cp.async, or "
-                                                  "(sm_90) bulk copies of whole groups, x rows shared by the block's warps",
+                                                  "(sm_90) bulk copies of chunks of K (batch: slots a group), x rows shared by the warps along N",
                        legacy="lanes"),
         ),
         "register_allocation": (

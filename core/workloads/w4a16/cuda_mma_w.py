@@ -52,7 +52,7 @@ def applies(g: Genome) -> bool:
 
 
 def bulk(g: Genome) -> bool:
-    """Whether the ring is filled by bulk copies of whole groups (:mod:`cuda_mma_w_bulk`), not every lane's cp.async."""
+    """Whether the ring is filled by bulk copies of chunks of K (:mod:`cuda_mma_w_bulk`), not every lane's cp.async."""
     return bool(g["memory_pattern"]["stages"]) and g["memory_pattern"]["copy"] == "bulk"
 
 

@@ -7,7 +7,7 @@ bytes in flight at about 16 KB an SM (call 22: 2.3 TB/s at M = 16); the per-lane
 costs an instruction and a wait per 16 bytes and a lane (78-122 us, call 22). Here one lane's copy
 moves a 32-column block's words for a whole chunk (contiguous in the repacked layout), so
 ``stages`` chunks of the block's words are in flight at no register cost, and the x rows of a chunk
-are copied once per block and read by all its warps along N, not loaded by each.
+are copied once per warp along K and read by all the warps along N, not loaded by each.
 
 Per warp along K (``wk``), ``stages`` slots, each a chunk of ``SG`` steps of 32 along K (a group of
 128 cut into ``batch`` slots: smaller slots are refilled sooner, so more of the ring is in flight):
@@ -38,7 +38,7 @@ def ring_bytes(shape: dict, rows: int, stages: int, steps: int) -> int:
     return shape["wk"] * stages * slot_bytes(shape, rows, steps)
 
 
-# mbarrier and bulk-copy PTX (sm_90), and the issue of one group's copies into a slot by the producer warp
+# mbarrier and bulk-copy PTX (sm_90), and the issue of one chunk's copies into a slot by the producer warp
 HELPERS = """#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #error "memory_pattern.copy = bulk needs sm_90 or later (cp.async.bulk and mbarrier transaction counts)"
 #endif
@@ -69,7 +69,7 @@ static __device__ __forceinline__ void bulk_issue(unsigned char *slot, unsigned 
 }
 """
 
-# before the loop: barriers, the zero rows past M, the first `S` groups
+# before the loop: barriers, the zero rows past M, the first `S` chunks
 START = """    extern __shared__ __align__(128) unsigned char ring[];
     __shared__ __align__(8) unsigned long long full[WK][S], empty[WK][S];
     unsigned char *const myring = ring + wk * S * SLOT;
