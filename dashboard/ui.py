@@ -75,6 +75,15 @@ def generations(folder: str, signature: tuple) -> pd.DataFrame:
     return RunReader(folder).generations()
 
 
+@st.cache_data(max_entries=16, show_spinner=False)
+def lethal_causes(folder: str, signature: tuple) -> pd.DataFrame:
+    """:func:`dashboard.data.lethal_causes` of the run (a JSON parse per generation: 50 ms for 5,000,
+    so cached like the generations; a new tab or a refresh with nothing new skips it)."""
+    from dashboard.data import lethal_causes as causes
+
+    return causes(generations(folder, signature))
+
+
 @st.cache_data(max_entries=64, show_spinner=False)
 def individuals(folder: str, generation: int | None, signature: tuple) -> pd.DataFrame:
     """Individuals of one generation (or all when None), cached until the run writes something new."""

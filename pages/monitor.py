@@ -139,7 +139,7 @@ def body() -> None:
     right.plotly_chart(charts.time_and_memory(data.best_so_far(gens), data.baseline_noise(gens), wall),
                        key="chart_time_memory", config={"displaylogo": False})
     left, right = st.columns(2)
-    left.plotly_chart(charts.lethal(data.lethal_causes(gens)), key="chart_lethal", config={"displaylogo": False})
+    left.plotly_chart(charts.lethal(ui.lethal_causes(str(folder), sig)), key="chart_lethal", config={"displaylogo": False})
     right.plotly_chart(charts.diversity(data.series(gens, ["diversity", "finished_at"], "mean"), wall),
                        key="chart_diversity", config={"displaylogo": False})
     if gens.empty:
