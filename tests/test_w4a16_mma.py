@@ -303,3 +303,19 @@ def test_static_shared_memory_counts_the_split_k_flag_and_the_bulk_barriers():
     old = Genome.from_json({**cuda_genes.MMA_SEEDS[0], "parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block": 1, "kblocks": 2},
                             "memory_pattern": {**cuda_genes.MMA_SEEDS[0]["memory_pattern"], "vec": 4}})
     assert cuda_mma.shared_bytes(old) == 3 * 2 * cuda_mma.shape_of(old)["nt"] * 512 + 4
+
+
+def test_bulk_copies_are_offered_on_sm_90_only():
+    """An A100 (sm_80) gets no bulk-copy gene value and no seed using it: its kernels would stop at
+    the source's #error, one wasted compile each; an unknown arch keeps them."""
+    import dataclasses
+
+    from core.workloads import get_workload
+    from tests.test_conformance import SIMULATED_GPU
+
+    for arch, offered in (("sm_90", True), ("sm_90a", True), ("sm_100", True), ("sm_80", False), ("sm_89", False), ("", True)):
+        tpl = get_workload("w4a16").template("cuda", {"m": 16, "n": 8192, "k_groups": 224, "dtype": "bfloat16",
+                                                      "zero_points": False}, dataclasses.replace(SIMULATED_GPU, arch=arch))
+        space = tpl.gene_space()
+        assert ("bulk" in space.gene("memory_pattern", "copy").options) == offered, arch
+        assert any(s["memory_pattern"]["copy"] == "bulk" for s in space.seed_genomes()) == offered, arch

@@ -50,8 +50,8 @@ class CudaW4A16Template(Template):
     backend = "cuda"
 
     def gene_space(self) -> GeneSpace:
-        return GeneSpace(gene_groups(self.problem["dtype"]), (fits,), seeds(self.problem["dtype"]),
-                         canonicalisers=CANONICALISERS)
+        dtype, arch = self.problem["dtype"], self.device.arch
+        return GeneSpace(gene_groups(dtype, arch), (fits,), seeds(dtype, arch), canonicalisers=CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
         path = _path(genome["instruction_sequence"]["math"])

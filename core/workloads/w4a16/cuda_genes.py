@@ -4,6 +4,8 @@ canonicalisers that make equal kernels equal genomes. The fused RMSNorm template
 to these."""
 from __future__ import annotations
 
+import re
+
 from core.genome import ChoiceGene, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.w4a16 import cuda_mma, cuda_mma_w
 
@@ -13,9 +15,16 @@ SMEM_LIMIT = 48 * 1024  # static shared memory of the K-lane reduction
 MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
 
 
-def gene_groups(dtype: str = "bfloat16") -> dict:
+def bulk_copies(arch: str) -> bool:
+    """Whether a device of ``arch`` (``sm_XY``) has Hopper's bulk copies and mbarrier transaction
+    counts (sm_90 on); True when the arch is not known."""
+    m = re.fullmatch(r"sm_(\d+)a?", arch or "")
+    return not m or int(m.group(1)) >= 90
+
+
+def gene_groups(dtype: str = "bfloat16", arch: str = "") -> dict:
     """The four gene groups (the fused RMSNorm template adds its own gene to them); the tensor-core
-    path (``math``) for 16-bit activations only."""
+    path (``math``) for 16-bit activations only, its bulk copies on sm_90 on (``arch``, when known)."""
     return {
         "parallel_config": (
             ChoiceGene("threads", (128, 256, 512, 1024), "threads per block"),
@@ -34,7 +43,7 @@ def gene_groups(dtype: str = "bfloat16") -> dict:
             ChoiceGene("stages", (0, 2, 3, 4, 6, 8), "tensor-core path: chunks of words in flight through a "
                                                     "shared-memory ring filled by cp.async (0: loads into registers)",
                        legacy=0),
-            ChoiceGene("copy", ("lanes", "bulk"), "what fills the weights-as-A path's ring: every lane's cp.async, or "
+            ChoiceGene("copy", ("lanes", "bulk") if bulk_copies(arch) else ("lanes",), "what fills the weights-as-A path's ring: every lane's cp.async, or "
                                                   "(sm_90) bulk copies of chunks of K (batch: slots a group), x rows shared by the warps along N",
                        legacy="lanes"),
         ),
@@ -140,9 +149,11 @@ def half2_pairs(g: Genome) -> Genome:
 CANONICALISERS = (cuda_mma.canonical, cuda_mma_w.canonical, half2_pairs)
 
 
-def seeds(dtype: str) -> tuple:
-    """The seeds for activations of ``dtype`` (the tensor-core one for 16-bit types)."""
-    return SEEDS + (MMA_SEEDS if dtype in cuda_mma.TYPES else ())
+def seeds(dtype: str, arch: str = "") -> tuple:
+    """The seeds for activations of ``dtype`` (the tensor-core ones for 16-bit types; those with
+    bulk copies only where ``arch`` has them)."""
+    mma = tuple(s for s in MMA_SEEDS if bulk_copies(arch) or s["memory_pattern"].get("copy") != "bulk")
+    return SEEDS + (mma if dtype in cuda_mma.TYPES else ())
 
 
 def launch_bounds(g: Genome) -> str:
