@@ -64,7 +64,17 @@ def rmsnorm(runs_dir):
 
 @pytest.fixture(scope="module")
 def gemm_compute_bound(runs_dir):
-    checker = _checker(runs_dir, "gemm", GEMM_COMPUTE_BOUND)
+    """A checker whose measured floors leave room between the memory floor and the suspect floor.
+    Peaks measured in a loaded moment can leave none (CI: 6.3 GB/s put the memory floor at 70 us,
+    over a 68 us floor capped by numpy's time), so a new sandbox measures them again, up to 3 times."""
+    for _ in range(3):
+        checker = _checker(runs_dir, "gemm", GEMM_COMPUTE_BOUND)
+        roof = rooflines(checker.baseline, checker.min_bytes, checker.flops, None)
+        if roof["suspect_below_us"] and roof["memory_us"] < roof["suspect_below_us"]:
+            break
+        checker.close()
+    else:
+        pytest.fail(f"no room between the memory floor and the suspect floor in 3 measurements: {roof}")
     yield checker
     checker.close()
 
@@ -215,7 +225,6 @@ def test_a_memo_padded_to_just_above_the_memory_floor_is_suspect(gemm_compute_bo
     checker = gemm_compute_bound
     roof = rooflines(checker.baseline, checker.min_bytes, checker.flops, None)
     floor = roof["suspect_below_us"]
-    assert floor and roof["memory_us"] < floor, f"no room between the memory floor and the compute floor here: {roof}"
     spin_us = (roof["memory_us"] * floor) ** 0.5  # above a byte-only roofline, well below the suspect floor
     for _ in range(3):
         r = cheat(checker, "gemm_padded_to_memory_floor", SPIN_NS=int(spin_us * 1000))
