@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from dashboard import data
 from dashboard.nav import ensure_navigation  # noqa: F401  (pages call ui.ensure_navigation())
 from dashboard.runs import all_runs, data_signature, resolve, run_label
 from dashboard.settings import runs_dir
@@ -79,9 +80,7 @@ def generations(folder: str, signature: tuple) -> pd.DataFrame:
 def lethal_causes(folder: str, signature: tuple) -> pd.DataFrame:
     """:func:`dashboard.data.lethal_causes` of the run (a JSON parse per generation: 50 ms for 5,000,
     so cached like the generations; a new tab or a refresh with nothing new skips it)."""
-    from dashboard.data import lethal_causes as causes
-
-    return causes(generations(folder, signature))
+    return data.lethal_causes(generations(folder, signature))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
