@@ -5,6 +5,7 @@ the exported script) are tests/test_conformance.py's, run with ``-k rmsnorm_w4a1
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import re
 
@@ -14,6 +15,7 @@ import pytest
 from core.backends import availability, backend_class, make_backend
 from core.backends.base import DeviceInfo, KernelSource
 from core.evaluation.harness import Harness
+from core.genome import Genome
 from core.workloads import get_workload
 from core.workloads.w4a16 import TOLERANCE as W4A16_TOLERANCE
 
@@ -211,3 +213,36 @@ def test_triton_norm_gene_orders_the_norm_and_the_product(wl):
     last = tpl.render(seed.replace("instruction_sequence", "norm", "store")).source
     assert first.index("ss += tl.sum") < first.index("for g in tl.range") and "* inv[:, None]" in first
     assert last.index("ss += tl.sum") > last.index("for g in tl.range") and "acc = acc * inv[:, None]" in last
+
+
+def test_cuda_weights_as_a_path_takes_the_norm_at_load_or_at_store(wl):
+    """The weights-as-A tensor-core path is offered fused (seeded from W4A16's QKV champion): gamma on
+    every x fragment before its mma, 1 / rms on the finished sums, computed before the stream (once
+    the ring's first loads are issued) with ``load`` and after the K reduction with ``store``; the
+    norm gathered from the stream is refused, since its warps along N share x."""
+    tpl = _gpu_template(wl, "cuda")
+    space = tpl.gene_space()
+    seeds = [s for s in space.seed_genomes() if s["instruction_sequence"]["math"] == "mma_w"]
+    assert sorted(s["instruction_sequence"]["norm"] for s in seeds) == ["load", "store"]
+    for seed in seeds:
+        assert space.validate(seed) is None
+        assert "norm" in space.validate(seed.replace("instruction_sequence", "norm", "stream"))
+    seed = seeds[0]
+    for stages, copy in ((4, "lanes"), (0, "lanes"), (2, "bulk")):
+        g = seed.replace("memory_pattern", "stages", stages).replace("memory_pattern", "copy", copy)
+        first = tpl.render(g.replace("instruction_sequence", "norm", "load")).source
+        last = tpl.render(g.replace("instruction_sequence", "norm", "store")).source
+        for src in (first, last):
+            assert src.count("block_inv(x, M,") == 1 and "xn[h] = make_uint4(times(xx.x, gv.x, 1.f)" in src
+            assert "mma(part[c * TH + h], a, ss ? xn[h].z : xn[h].x" in src
+            assert "from_f(acc[c * TH + h][r] * inv[row - m0])" in src
+        loop = "for (int s0 = 0; s0 < steps; s0 += U)"
+        ring = "bulk_issue(myring + q * SLOT" if copy == "bulk" else "ring_issue(ring, r," if stages else "load_words(w[u]"
+        assert first.index(ring) < first.index("block_inv(x, M,") < first.index(loop)
+        assert last.index("if (wk != 0) return;") > last.index("block_inv(x, M,") > last.index(loop)
+    plain = get_workload("w4a16")
+    w_tpl = plain.template("cuda", plain.validate_problem({"n": 10240, "k_groups": 64}, "cuda"), H200)
+    genes = json.loads(seed.to_json())
+    del genes["instruction_sequence"]["norm"]
+    unfused = w_tpl.render(Genome.from_json(genes)).source
+    assert "block_inv" not in unfused and "xn[h]" not in unfused and "inv[row - m0]" not in unfused

@@ -208,7 +208,7 @@ def test_weights_as_a_genomes_are_canonical_fit_and_render():
 
     space = GeneSpace(cuda.gene_groups("bfloat16"), (cuda.fits,), cuda.seeds("bfloat16"),
                       canonicalisers=cuda_genes.CANONICALISERS)
-    rng, seen, bulks = random.Random(5), 0, 0
+    rng, seen, bulks, stages_3 = random.Random(5), 0, 0, False
     for _ in range(400):
         g = space.random(rng)
         if not cuda_mma_w.applies(g):
@@ -218,7 +218,8 @@ def test_weights_as_a_genomes_are_canonical_fit_and_render():
         assert g["register_allocation"]["pipeline"] == "off" or (g["register_allocation"]["batch"] > 2 and not g["memory_pattern"]["stages"])
         assert cuda_mma_w.x_ahead(g) == (min(2, g["register_allocation"]["batch"]) if g["register_allocation"]["pipeline"] == "next"
                                          else 1 if g["memory_pattern"]["stages"] else g["register_allocation"]["batch"])
-        assert g["memory_pattern"]["stages"] in (0, 2, 4, 8) and cuda_mma_w.fits(g) is None
+        assert g["memory_pattern"]["stages"] in ((2, 3, 4, 6, 8) if cuda_mma_w.bulk(g) else (0, 2, 4, 8)) and cuda_mma_w.fits(g) is None
+        stages_3 |= cuda_mma_w.bulk(g) and g["memory_pattern"]["stages"] in (3, 6)
         if g["memory_pattern"]["stages"]:
             assert g["register_allocation"]["batch"] in ((1, 2, 4) if cuda_mma_w.bulk(g) else (1,))
             assert g["memory_pattern"]["w_load"] == ""
@@ -236,12 +237,16 @@ def test_weights_as_a_genomes_are_canonical_fit_and_render():
             lp = cuda_mma_w.launch(g, problem)
             assert cuda.grid(lp, 33, 8192) == (8192 // lp["cols"], -(-33 // rows), g["parallel_config"]["kblocks"])
             assert lp["dynamic_shared_bytes"] == cuda_mma_w.ring_bytes(g, rows)
-    assert seen > 20 and bulks > 3
-    # the fused template offers no weights-as-A path (it takes no norm)
+    assert seen > 20 and bulks > 3 and stages_3
+    # the fused template offers the weights-as-A path too (the norm at load or at store:
+    # tests/test_rmsnorm_w4a16.py), and bulk copies only where the device has them
     from types import SimpleNamespace
 
-    fused = fused_cuda.CudaRmsNormW4A16Template.gene_space(SimpleNamespace(problem={"dtype": "bfloat16"}))
-    assert cuda_mma_w.MATH not in fused.gene("instruction_sequence", "math").options
+    for arch, copies in (("sm_90", ("lanes", "bulk")), ("sm_80", ("lanes",))):
+        fused = fused_cuda.CudaRmsNormW4A16Template.gene_space(
+            SimpleNamespace(problem={"dtype": "bfloat16"}, device=SimpleNamespace(arch=arch)))
+        assert cuda_mma_w.MATH in fused.gene("instruction_sequence", "math").options
+        assert fused.gene("memory_pattern", "copy").options == copies
 
 
 def test_bulk_copies_fill_slots_of_x_rows_and_the_blocks_words():

@@ -12,13 +12,12 @@ no pass over it is left before or after the weights.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome
 from core.workloads.w4a16 import cuda as w4a16_cuda
-from core.workloads.w4a16 import cuda_mma_w, cuda_ring
+from core.workloads.w4a16 import cuda_mma, cuda_mma_w
 from core.workloads.w4a16 import cuda_genes as w4a16_genes
 from core.workloads.w4a16.cuda import CudaW4A16Template, render_source
 
@@ -30,20 +29,20 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
     """The CUDA template of :class:`~core.workloads.rmsnorm_w4a16.RmsNormW4A16Workload`."""
 
     def gene_space(self) -> GeneSpace:
-        dtype = self.problem["dtype"]
-        groups = w4a16_genes.gene_groups(dtype)
-        # (the weights-as-A tensor-core path takes no norm: not a choice here)
-        groups["instruction_sequence"] = tuple(
-            dataclasses.replace(gene, options=tuple(o for o in gene.options if o != cuda_mma_w.MATH))
-            if gene.name == "math" else gene for gene in groups["instruction_sequence"]) + (NORM,)
+        dtype, arch = self.problem["dtype"], self.device.arch
+        groups = w4a16_genes.gene_groups(dtype, arch)
+        groups["instruction_sequence"] += (NORM,)
         seeds = tuple({**s, "instruction_sequence": {**s["instruction_sequence"], "norm": norm}}
-                      for s, norm in zip(w4a16_genes.seeds(dtype), ("store", "load", "store", "stream", "load", "store", "load")))
+                      for s, norm in zip(w4a16_genes.seeds(dtype, arch), ("store", "load", "store", "stream", "load", "store", "load")))
+        if dtype in cuda_mma.TYPES:  # the weights-as-A path, with the norm computed before and after the stream
+            seeds += tuple({**MMA_W_SEED, "instruction_sequence": {**MMA_W_SEED["instruction_sequence"], "norm": norm}}
+                           for norm in ("load", "store"))
         return GeneSpace(groups, (w4a16_genes.fits, _fits_shared, _fits_stream), seeds + (STREAM_SEED,),
                          canonicalisers=w4a16_genes.CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
         base = super().render(genome)
-        resources = {**base.resources, "shared_bytes": _shared_bytes(genome) + cuda_ring.ring_bytes(genome)}
+        resources = {**base.resources, "shared_bytes": _shared_bytes(genome) + base.launch.get("dynamic_shared_bytes", 0)}
         source = render_source(genome, self.problem, norm=genome["instruction_sequence"]["norm"])
         return KernelSource("cuda", source, "abebot_rmsnorm_w4a16", base.flags, base.launch, resources)
 
@@ -59,23 +58,29 @@ class CudaRmsNormW4A16Template(CudaW4A16Template):
 
 TEMPLATE = CudaRmsNormW4A16Template
 
+# The weights-as-A path's fastest W4A16 genome at the QKV shape (15.27 us, call 28): a per-lane cp.async ring
+MMA_W_SEED = {"parallel_config": {"threads": 128, "ksplit": 4, "rows_per_block": 1, "kblocks": 1},
+              "memory_pattern": {"vec": 1, "layout": "gptq", "w_load": "", "x_load": "", "stages": 4, "copy": "lanes"},
+              "register_allocation": {"regs": {"scale": "word", "unroll": 1}, "batch": 1, "pipeline": "off", "min_blocks": 3},
+              "instruction_sequence": {"dequant": "half2", "first": "words", "math": cuda_mma_w.MATH,
+                                       "nibbles": tuple(f"N{b}" for b in range(8))}}
 # The GEMV seed that streams fastest at M = 1 (16-byte words, 64 K lanes), with the norm gathered in the stream
 STREAM_SEED = {**w4a16_genes.SEEDS[2], "instruction_sequence": {**w4a16_genes.SEEDS[2]["instruction_sequence"], "norm": "stream"}}
 
 
 def _shared_bytes(g: Genome) -> int:
     """W4A16's K-lane reduction, plus a float per warp and row (the sum of squares) and 1 / rms per
-    row (16 rows on the tensor-core path)."""
+    row (16 rows, the most, on the tensor-core paths)."""
     p = g["parallel_config"]
-    rows = 16 if g["instruction_sequence"]["math"] == "mma" else p["rows_per_block"]
+    rows = 16 if g["instruction_sequence"]["math"] != "fma" else p["rows_per_block"]
     return w4a16_genes.shared_bytes(g) + 4 * (p["threads"] // 32 + 1) * rows
 
 
 def _fits_stream(g: Genome) -> str | None:
     if g["instruction_sequence"]["norm"] != "stream":
         return None
-    if g["instruction_sequence"]["math"] == "mma":
-        return "the tensor-core path applies the norm at load or at store only"
+    if g["instruction_sequence"]["math"] != "fma":
+        return "the tensor-core paths apply the norm at load or at store only"
     if g["instruction_sequence"]["dequant"] == "mask":
         return "mask pre-scales x as it is loaded; the sum of squares needs x as it is"
     return None

@@ -286,10 +286,11 @@ def _mask_pos(b: int) -> int:
 def render_source(g: Genome, problem: dict, norm: str | None = None) -> str:
     """The kernel of genome ``g``; with ``norm`` ("load" or "store"), RMSNorm fused in front
     (:mod:`core.workloads.rmsnorm_w4a16`): gamma on x as loaded, 1 / rms there or on the sums."""
+    prologue = (_raw8(g["memory_pattern"]["x_load"]) + cuda_norm.PROLOGUE) if norm else ""
     if cuda_mma_w.applies(g):
-        return cuda_mma_w.render_source(g, problem, cuda_norm.entry(None), launch_bounds(g))
+        return cuda_mma_w.render_source(g, problem, cuda_norm.entry(norm, call_first=False), launch_bounds(g),
+                                        norm, prologue, cuda_norm.NORM_CALL)
     if g["instruction_sequence"]["math"] == "mma":
-        prologue = (_raw8(g["memory_pattern"]["x_load"]) + cuda_norm.PROLOGUE) if norm else ""
         return cuda_mma.render_source(g, problem, norm, prologue, cuda_norm.entry(norm), cuda_norm.NORM_CALL,
                                       launch_bounds(g))
     p, m = g["parallel_config"], g["memory_pattern"]

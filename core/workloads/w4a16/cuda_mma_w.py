@@ -30,8 +30,15 @@ in block order as the first path does), vec (32-column blocks a warp), batch (st
 flight), pipeline (``next``: x only two steps ahead, not ``batch``, so the words can go further ahead
 in the same registers), stages (the ring instead), copy (what fills the ring: every lane's cp.async, or
 bulk copies of chunks, :mod:`cuda_mma_w_bulk`, where ``batch`` cuts a group into slots), min_blocks, the
-cache hints of both loads. The others are set to one value (:func:`canonical`);
-it takes no fused norm.
+cache hints of both loads. The others are set to one value (:func:`canonical`).
+
+With a fused RMSNorm (:mod:`core.workloads.rmsnorm_w4a16`, its ``norm`` gene ``load`` or ``store``),
+every x fragment is multiplied by gamma as it is read (rounded to the B operand's 16 bits), and the
+block's 1 / rms (:mod:`cuda_norm`) goes on the finished sums: y = (1 / rms) (x gamma) W, exact since
+1 / rms is one number a row. ``load`` computes it before the stream, once the ring's (or the
+register ring's) first loads are in flight, in every block; ``store`` after it, only in the blocks
+that write y. ``stream`` is not offered: the warps along N read the same x, and blocks along K see
+only their share of it.
 """
 from __future__ import annotations
 
@@ -84,8 +91,9 @@ def canonical(g: Genome) -> Genome:
     warps = g["parallel_config"]["threads"] // 32
     if g["memory_pattern"]["stages"]:  # the ring holds the steps in flight, and cp.async is its loads' only hint
         batch = min(g["register_allocation"]["batch"], 4) if bulk(g) else 1  # (bulk: slots a group is cut into)
+        stages = g["memory_pattern"]["stages"]  # (the bulk ring takes any count; the lanes ring's 3 and 6 are 4 and 8)
         g = with_gene(with_gene(g, "register_allocation", "batch", batch), "memory_pattern", "stages",
-                      {3: 4, 6: 8}.get(g["memory_pattern"]["stages"], g["memory_pattern"]["stages"]))
+                      stages if bulk(g) else {3: 4, 6: 8}.get(stages, stages))
         g = with_gene(with_gene(g, "memory_pattern", "w_load", ""), "memory_pattern", "x_load", "")
     if g["memory_pattern"]["stages"] or g["register_allocation"]["batch"] <= 2:  # (x as far ahead as the words)
         g = with_gene(g, "register_allocation", "pipeline", "off")
@@ -111,9 +119,10 @@ def x_ahead(g: Genome) -> int:
 
 def registers(g: Genome) -> int:
     """32-bit registers of sums (16 rows: the most), words and x in flight (one step's with the
-    ring), and two groups' scales."""
+    ring), two groups' scales, and with a fused norm a step's x times gamma."""
     s, d = shape_of(g), words_ahead(g)
-    return 2 * 4 * s["nt"] + 4 * (d * s["vec"] + x_ahead(g) * s["th"]) + 4 * s["vec"]
+    norm = 4 * (s["th"] + 1) if g["instruction_sequence"].get("norm") else 0  # x times gamma, and gamma
+    return 2 * 4 * s["nt"] + 4 * (d * s["vec"] + x_ahead(g) * s["th"]) + 4 * s["vec"] + norm
 
 
 def ring_bytes(g: Genome, rows: int = 16) -> int:
@@ -135,8 +144,6 @@ def shared_bytes(g: Genome) -> int:
 
 def fits(g: Genome) -> str | None:
     """Why the kernel of ``g`` cannot run, or None."""
-    if g["instruction_sequence"].get("norm"):
-        return "the weights-as-A tensor-core path takes no fused norm"
     if ring_bytes(g) > RING_LIMIT:
         return f"a ring of {ring_bytes(g)} B of shared memory (> {RING_LIMIT})"
     if registers(g) > MAX_REGS:
@@ -193,9 +200,12 @@ def repack(qweight: Any, scales: Any, cols: int) -> tuple[Any, Any]:
     return lib.ascontiguousarray(words), lib.ascontiguousarray(s)
 
 
-def render_source(g: Genome, problem: dict, entry: str, bounds: str) -> str:
+def render_source(g: Genome, problem: dict, entry: str, bounds: str, norm: str | None = None,
+                  prologue: str = "", norm_call: str = "") -> str:
     """The kernel of genome ``g`` (16-bit activations); ``entry`` and ``bounds`` come from the CUDA
-    template (the kernel's name and parameters; its ``__launch_bounds__``)."""
+    template (the kernel's name and parameters; its ``__launch_bounds__``). With ``norm`` ("load" or
+    "store"), an RMSNorm fused in front: ``prologue`` defines the block's 1 / rms, ``norm_call``
+    computes it (:mod:`cuda_norm`), and ``entry`` must leave the call to this function."""
     rows = tile_rows(problem)
     s, m, d = shape_of(g, rows), g["memory_pattern"], words_ahead(g)
     dtype = problem["dtype"]
@@ -232,7 +242,17 @@ def render_source(g: Genome, problem: dict, entry: str, bounds: str) -> str:
         step_end = ("            if (s0 + u + D < steps) load_words(w[slot], wp, wstride, s0 + u + D);\n"
                     "            if (s0 + u + DX < steps) load_x(xv[xs], xp, ok, s0 + u + DX);")
         w_at, x_at = "w[slot][c / 2]", "xv[xs][h]"
-    return f"""// AbeBot generated CUDA W4A16 on tensor cores, weights as A ({dtype}, zero points: {problem.get('zero_points', False)})
+    inv_first, inv_last, inv_at, gamma_decl = "", "", "", ""
+    if norm:  # x times gamma as its fragments are read; 1 / rms on the finished sums
+        step_top += ("            uint4 xn[TH];\n            {\n                const uint4 gv = __ldg((const uint4 *)(gr + (s0 + u) * 32));\n"
+                     "#pragma unroll\n                for (int h = 0; h < TH; ++h) {\n"
+                     f"                    const uint4 &xx = {x_at};\n"
+                     "                    xn[h] = make_uint4(times(xx.x, gv.x, 1.f), times(xx.y, gv.y, 1.f), times(xx.z, gv.z, 1.f), times(xx.w, gv.w, 1.f));\n"
+                     "                }\n            }\n")
+        x_at, inv_at = "xn[h]", " * inv[row - m0]"
+        gamma_decl = "\n    const T *const gr = gm + (long long)gb * 128 + 8 * t;"
+        inv_first, inv_last = (norm_call, "") if norm == "load" else ("", norm_call)
+    return f"""// AbeBot generated CUDA {"RMSNorm + " if norm else ""}W4A16 on tensor cores, weights as A ({dtype}, zero points: {problem.get('zero_points', False)})
 typedef {T} T;
 #define THREADS {32 * s['warps']}
 #define WK {s['wk']}
@@ -247,9 +267,11 @@ typedef {T} T;
 #define KB {s['kb']}
 #define ROWS {rows}
 #define S {stages}
+#define MT ROWS
+#define ELT 2
 
 {cuda_mma.helpers(dtype, m['x_load'])}
-{extra}// one step of 32 along K: VEC uint4 of words, and TH uint4 of x (row g, and g + 8 with 16 rows)
+{prologue}{extra}// one step of 32 along K: VEC uint4 of words, and TH uint4 of x (row g, and g + 8 with 16 rows)
 static __device__ __forceinline__ void load_words(uint4 *w, const uint4 *wp, long long wstride, int step) {{
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {{ const uint4 *p = wp + i * wstride + step * 32; {cuda_mma.ld(m["w_load"], "v4", "w[i]", "p")} }}
@@ -283,7 +305,7 @@ extern "C" __global__ void {bounds}
     const int steps = 4 * (ge - gb);
     const long long wstride = (long long)KS * 32;
     const uint4 *wp = (const uint4 *)qw + (long long)cb0 * wstride + (long long)gb * 128 + lane;
-    const uint2 *scp = sp + ((long long)cb0 * G + gb) * 8 + g;
+    const uint2 *scp = sp + ((long long)cb0 * G + gb) * 8 + g;{gamma_decl}
     bool ok[TH];
     const T *xp[TH];
 #pragma unroll
@@ -296,7 +318,8 @@ extern "C" __global__ void {bounds}
     uint2 sv[VEC], svn[VEC];  // this group's scales and the next one's, a group ahead
 #pragma unroll
     for (int i = 0; i < VEC; ++i) svn[i] = steps ? scp[(long long)i * G * 8] : make_uint2(0u, 0u);
-{ring_start}    for (int s0 = 0; s0 < steps; s0 += U) {{
+{ring_start}{inv_first}
+    for (int s0 = 0; s0 < steps; s0 += U) {{
 #pragma unroll
         for (int u = 0; u < U; ++u) {{
             if (s0 + u >= steps) break;
@@ -339,7 +362,7 @@ extern "C" __global__ void {bounds}
 {cuda_mma.REDUCE_WK}
 #if KB > 1
 {cuda_mma.SPLIT_K}
-#endif
+#endif{inv_last}
     if (wk != 0) return;
 #pragma unroll
     for (int c = 0; c < NC; ++c)
@@ -348,7 +371,7 @@ extern "C" __global__ void {bounds}
 #pragma unroll
             for (int r = 0; r < 4; ++r) {{
                 const int row = m0 + 8 * h + 2 * t + (r & 1), col = n0 + 16 * c + g + 8 * (r >> 1);
-                if (row < M && col < N) y[(long long)row * N + col] = from_f(acc[c * TH + h][r]);
+                if (row < M && col < N) y[(long long)row * N + col] = from_f(acc[c * TH + h][r]{inv_at});
             }}
 }}
 """

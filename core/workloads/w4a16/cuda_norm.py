@@ -3,14 +3,16 @@
 The kernel's entry (W4A16's parameters, or the fused one's with gamma and eps), the block's 1 / rms
 computed from x before or after the weights stream (:data:`PROLOGUE`, called by :data:`NORM_CALL`),
 and the ``stream`` variant's reduction of the sums of squares its K lanes gathered (:data:`STREAM_INV`).
-The GEMV path (:mod:`core.workloads.w4a16.cuda`) and the tensor-core path (:mod:`cuda_mma`) use them.
+The GEMV path (:mod:`core.workloads.w4a16.cuda`) and both tensor-core paths (:mod:`cuda_mma`,
+:mod:`cuda_mma_w`) use them.
 """
 from __future__ import annotations
 
 
-def entry(norm: str | None) -> str:
+def entry(norm: str | None, call_first: bool = True) -> str:
     """The kernel's name and parameters; with a fused RMSNorm applied at load, its rows' 1 / rms
-    first (applied at the store, it is computed after the weights have streamed)."""
+    first (applied at the store, it is computed after the weights have streamed). ``call_first``
+    False leaves :data:`NORM_CALL` to the caller, who places it after the first loads are issued."""
     if not norm:
         return """abebot_w4a16(const T *__restrict__ x, const int *__restrict__ qw, const T *__restrict__ sc, const unsigned char *__restrict__ zp,
              T *__restrict__ y, int M, int N, int G) {
@@ -19,7 +21,7 @@ def entry(norm: str | None) -> str:
     return """abebot_rmsnorm_w4a16(const T *__restrict__ x, const T *__restrict__ gm, const int *__restrict__ qw,
                      const T *__restrict__ sc, T *__restrict__ y, int M, int N, int G, float eps) {
     const unsigned char *zp = nullptr;
-    __shared__ float inv[MT];""" + (NORM_CALL if norm == "load" else "")
+    __shared__ float inv[MT];""" + (NORM_CALL if norm == "load" and call_first else "")
 
 
 NORM_CALL = """
@@ -53,14 +55,24 @@ PROLOGUE = """
 static __device__ __forceinline__ void block_inv(const T *__restrict__ x, int M, long long K, int m0, float eps, float *inv) {
     __shared__ float ssw[THREADS / 32][MT];
     float ss[MT] = {};
-    for (long long k = threadIdx.x * 8; k < K; k += THREADS * 8) {
-#pragma unroll
-        for (int a = 0; a < MT; ++a) {
-            if (m0 + a >= M) continue;
+    if (M - m0 == 1) {  // decoding's single row: 4 loads in flight a thread, not 1 (the latency is the cost)
+#pragma unroll 4
+        for (long long k = threadIdx.x * 8; k < K; k += THREADS * 8) {
             float v[8];
-            load_raw8(x + (m0 + a) * K + k, v);
+            load_raw8(x + m0 * K + k, v);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) ss[a] = fmaf(v[i], v[i], ss[a]);
+            for (int i = 0; i < 8; ++i) ss[0] = fmaf(v[i], v[i], ss[0]);
+        }
+    } else {
+        for (long long k = threadIdx.x * 8; k < K; k += THREADS * 8) {
+#pragma unroll
+            for (int a = 0; a < MT; ++a) {
+                if (m0 + a >= M) continue;
+                float v[8];
+                load_raw8(x + (m0 + a) * K + k, v);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) ss[a] = fmaf(v[i], v[i], ss[a]);
+            }
         }
     }
 #pragma unroll
