@@ -33,11 +33,12 @@ bulk copies of chunks, :mod:`cuda_mma_w_bulk`, where ``batch`` cuts a group into
 cache hints of both loads. The others are set to one value (:func:`canonical`).
 
 With a fused RMSNorm (:mod:`core.workloads.rmsnorm_w4a16`, its ``norm`` gene ``load`` or ``store``),
-every x fragment is multiplied by gamma as it is read (rounded to the B operand's 16 bits), and the
-block's 1 / rms (:mod:`cuda_norm`) goes on the finished sums: y = (1 / rms) (x gamma) W, exact since
-1 / rms is one number a row. ``load`` computes it before the stream, once the ring's (or the
-register ring's) first loads are in flight, in every block; ``store`` after it, only in the blocks
-that write y. ``stream`` is not offered: the warps along N read the same x, and blocks along K see
+every x fragment is multiplied by gamma as it is read (one 16-bit pair multiply, rounded once, as
+the float product rounded to 16 bits would be), and the block's 1 / rms (:mod:`cuda_norm`) goes on
+the finished sums: y = (1 / rms) (x gamma) W, exact since 1 / rms is one number a row. ``load``
+computes it before the stream, once the ring's (or the register ring's) first loads are in flight,
+in every block; ``store`` after it, only in the blocks that write y, from x's lines prefetched
+into L1 when the stream starts (so the tail waits for L1, not L2). ``stream`` is not offered: the warps along N read the same x, and blocks along K see
 only their share of it.
 """
 from __future__ import annotations
@@ -46,7 +47,7 @@ from typing import Any
 
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import Genome, with_gene
-from core.workloads.w4a16 import cuda_mma, cuda_mma_w_bulk
+from core.workloads.w4a16 import cuda_mma, cuda_mma_w_bulk, cuda_norm
 
 MATH = "mma_w"
 PACKED = ("qweight_mma_w", "scales_mma_w")  # the repacked words' and scales' names in bind()'s tensors
@@ -247,11 +248,11 @@ def render_source(g: Genome, problem: dict, entry: str, bounds: str, norm: str |
         step_top += ("            uint4 xn[TH];\n            {\n                const uint4 gv = __ldg((const uint4 *)(gr + (s0 + u) * 32));\n"
                      "#pragma unroll\n                for (int h = 0; h < TH; ++h) {\n"
                      f"                    const uint4 &xx = {x_at};\n"
-                     "                    xn[h] = make_uint4(times(xx.x, gv.x, 1.f), times(xx.y, gv.y, 1.f), times(xx.z, gv.z, 1.f), times(xx.w, gv.w, 1.f));\n"
+                     "                    xn[h] = make_uint4(mul2(xx.x, gv.x), mul2(xx.y, gv.y), mul2(xx.z, gv.z), mul2(xx.w, gv.w));\n"
                      "                }\n            }\n")
         x_at, inv_at = "xn[h]", " * inv[row - m0]"
         gamma_decl = "\n    const T *const gr = gm + (long long)gb * 128 + 8 * t;"
-        inv_first, inv_last = (norm_call, "") if norm == "load" else ("", norm_call)
+        inv_first, inv_last = (norm_call, "") if norm == "load" else (cuda_norm.PREFETCH, norm_call)
     return f"""// AbeBot generated CUDA {"RMSNorm + " if norm else ""}W4A16 on tensor cores, weights as A ({dtype}, zero points: {problem.get('zero_points', False)})
 typedef {T} T;
 #define THREADS {32 * s['warps']}
