@@ -14,7 +14,7 @@ timeout 300 python3 benchmarks/gpu_runs.py --out "$OUT/fused" \
   --runs 'rmsnorm_w4a16:cuda:32:10;w4a16:cuda:32:6:{"n":10240,"k_groups":64};rmsnorm:cuda:32:4:{"rows":1}' \
   --extra "$W" --bench-rounds 2 --timeout-s 130 > "$OUT/fused.log" 2>&1
 cat "$OUT/fused/runs.md"; grep -h -A8 "median of" "$OUT"/fused/*.bench.log
-timeout 230 python3 benchmarks/gpu_runs.py --out "$OUT/rms" \
+timeout 250 python3 benchmarks/gpu_runs.py --out "$OUT/rms" \
   --runs 'rmsnorm:cuda:32:5:{"residual":true};rmsnorm:cuda:32:6:{"rows":64,"residual":true}' \
-  --extra "$W" --bench-rounds 2 --timeout-s 150 > "$OUT/rms.log" 2>&1
+  --extra "$W" --bench-rounds 2 --timeout-s 170 > "$OUT/rms.log" 2>&1
 cat "$OUT/rms/runs.md"; grep -h -A8 "median of" "$OUT"/rms/*.bench.log
