@@ -255,6 +255,49 @@ def test_a_kernel_first_timed_in_a_slow_baseline_generation_does_not_outrank_a_f
         assert list(top["genome_hash"]) == [slow.hash, fast.hash]
 
 
+def test_a_kernel_dropped_while_the_reference_stood_high_does_not_outrank_faster_ones(tmp_path):
+    """Call 31 on the H200: the reference (a median of noisy baselines) rose and fell again; a 20.3 us
+    kernel dropped from the elites while it stood high kept the fitness of that moment and was
+    reported champion over a 16.8 us kernel measured later. The ranking takes every kernel's time
+    against the latest reference; the stored fitness stays as it was scored."""
+    space = toy_space()
+    rng = random.Random(12)
+    genomes = list({g.hash: g for g in (space.random(rng) for _ in range(40))}.values())[:13]
+    slow, medium, fast, others = genomes[0], genomes[1], genomes[2], genomes[3:]
+    times = {slow.hash: 24.0, medium.hash: 20.0, fast.hash: 18.9}
+    schedule = [45.0, 45.0, 104.0, 104.0, 104.0, 104.0, 45.0, 45.0, 45.0, 45.0]
+    gen = {"g": 0}
+
+    def measure(gs):
+        return [{"status": "ok", "time_us": times.get(g.hash, 200.0), "memory_bytes": 1000, "stability": 1.0}
+                for g in gs]
+
+    weights = {"time": 0.8, "memory": 0.2}
+    ctx = GAContext(RunConfig(population=4, generations=10, elites=1, weights=weights), space, record(45.0),
+                    measure, retime=measure, remeasure=lambda: record(schedule[gen["g"]]))
+    w = RunWriter.create(tmp_path, new_run_id("rmsnorm", "c"), {"workload": "rmsnorm", "backend": "c", "weights": weights})
+    elite = None
+    try:
+        for g in range(len(schedule)):  # slow new in generation 4, medium in 5 (then the elite), fast in 9
+            gen["g"] = g
+            members = [others[g]] + [x for x, at in ((slow, 4), (medium, 5), (fast, 9)) if at == g]
+            carried = [Individual(elite.genome, "elite")] if elite is not None else []
+            pop = _evaluate_and_score([Individual(x, "random") for x in members] + carried, ctx, carried)
+            _commit(w, g, pop, ctx)
+            elite = max(pop, key=lambda i: i.fitness)
+    finally:
+        w.close()
+    reader = RunReader(w.path)
+    rows = reader.individuals()
+    latest = rows.sort_values("generation").groupby("genome_hash").tail(1).set_index("genome_hash")
+    assert latest.loc[slow.hash, "generation"] == 5 and latest.loc[slow.hash, "fitness"] > latest.loc[fast.hash, "fitness"]
+    assert reader.time_reference() == (45.0, 0.8)
+    top = reader.top(3)
+    assert list(top["genome_hash"]) == [fast.hash, medium.hash, slow.hash]
+    assert list(top["fitness"]) == [latest.loc[h, "fitness"] for h in top["genome_hash"]]  # as stored
+    assert reader.champion()["time_us"] == 18.9
+
+
 def test_a_resumed_run_keeps_the_reference_history(tmp_path):
     """Stopped after generation 3 and resumed: the reference goes on over every generation's baseline,
     as in the run that never stopped."""
