@@ -224,7 +224,7 @@ def test_cuda_weights_as_a_path_takes_the_norm_at_load_or_at_store(wl):
     tpl = _gpu_template(wl, "cuda")
     space = tpl.gene_space()
     seeds = [s for s in space.seed_genomes() if s["instruction_sequence"]["math"] == "mma_w"]
-    assert sorted(s["instruction_sequence"]["norm"] for s in seeds) == ["load", "store"]
+    assert sorted(s["instruction_sequence"]["norm"] for s in seeds) == ["load", "load", "store"]
     for seed in seeds:
         assert space.validate(seed) is None
         assert "norm" in space.validate(seed.replace("instruction_sequence", "norm", "stream"))
