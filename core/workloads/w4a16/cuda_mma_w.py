@@ -37,9 +37,8 @@ every x fragment is multiplied by gamma as it is read (one 16-bit pair multiply,
 the float product rounded to 16 bits would be), and the block's 1 / rms (:mod:`cuda_norm`) goes on
 the finished sums: y = (1 / rms) (x gamma) W, exact since 1 / rms is one number a row. ``load``
 computes it before the stream, once the ring's (or the register ring's) first loads are in flight,
-in every block; ``store`` after it, only in the blocks that write y, from x's lines prefetched
-into L1 when the stream starts (so the tail waits for L1, not L2). ``stream`` is not offered: the warps along N read the same x, and blocks along K see
-only their share of it.
+in every block; ``store`` after it, only in the blocks that write y. ``stream`` is not offered: the
+warps along N read the same x, and blocks along K see only their share of it.
 """
 from __future__ import annotations
 
@@ -47,7 +46,7 @@ from typing import Any
 
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import Genome, with_gene
-from core.workloads.w4a16 import cuda_mma, cuda_mma_w_bulk, cuda_norm
+from core.workloads.w4a16 import cuda_mma, cuda_mma_w_bulk
 
 MATH = "mma_w"
 PACKED = ("qweight_mma_w", "scales_mma_w")  # the repacked words' and scales' names in bind()'s tensors
@@ -252,7 +251,7 @@ def render_source(g: Genome, problem: dict, entry: str, bounds: str, norm: str |
                      "                }\n            }\n")
         x_at, inv_at = "xn[h]", " * inv[row - m0]"
         gamma_decl = "\n    const T *const gr = gm + (long long)gb * 128 + 8 * t;"
-        inv_first, inv_last = (norm_call, "") if norm == "load" else (cuda_norm.PREFETCH, norm_call)
+        inv_first, inv_last = (norm_call, "") if norm == "load" else ("", norm_call)
     return f"""// AbeBot generated CUDA {"RMSNorm + " if norm else ""}W4A16 on tensor cores, weights as A ({dtype}, zero points: {problem.get('zero_points', False)})
 typedef {T} T;
 #define THREADS {32 * s['warps']}

@@ -49,15 +49,6 @@ STREAM_INV = """
     }"""
 
 
-# ``store`` after a stream whose loads bypass L1: the block's x rows brought into L1 as the stream
-# starts (the last block along K, which is most often the one that writes y), so that computing
-# 1 / rms after the stream waits on L1 hits, not on L2 at the kernel's tail.
-PREFETCH = """
-    if (blockIdx.z == gridDim.z - 1)
-        for (int i = threadIdx.x; i < min(MT, M - (int)blockIdx.y * MT) * G * 2; i += THREADS)  // 128-byte lines
-            asm volatile("prefetch.global.L1 [%0];" :: "l"(x + ((long long)blockIdx.y * MT + i / (G * 2)) * G * 128 + (i % (G * 2)) * 64));"""
-
-
 # Every block recomputes its rows' 1 / sqrt(mean(x^2) + eps) from x (tiny, from L2): that is the
 # fusion -- the normalised row is never written out. Warp shuffles, then one float per warp.
 PROLOGUE = """
