@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On one H200, in one call (session 10, call 31): the fused RMSNorm + QKV (M = 1) on the weights-as-A
 # path once more, with gamma as one 16-bit pair multiply and x prefetched into L1 for the norm after
-# the stream, beside the two separate champions (W4A16 QKV, RMSNorm of one row), each re-timed by
+# the stream (the prefetch was removed after call 32: run today, this script measures the code
+# without it), beside the two separate champions (W4A16 QKV, RMSNorm of one row), each re-timed by
 # core bench; then RMSNorm + residual at 4096 x 8192 (goal 95% of the copy roofline) and at 64 rows
 # (goal 1.2x torch.compile).
 # Usage: bash benchmarks/gpu_fused_rows.sh OUT
