@@ -137,7 +137,7 @@ class RunReader:
         # Rank on a few columns over every file, then read whole rows only from the winners' files.
         rank, extra, params = "fitness", "", {"k": int(k)}
         reference = self.time_reference()
-        if reference is not None and "time" in self.terms:
+        if reference is not None:  # (a time weight means a time_term column: the terms are the weights' names)
             rank, extra = "fitness + coalesce($w * ($ref / time_us - time_term), 0)", ", time_us, time_term"
             params.update(w=reference[1], ref=reference[0])
         best = self._query(
