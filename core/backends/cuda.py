@@ -31,6 +31,14 @@ from core.backends import cache, elf
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
 from core.backends.torch_runtime import TorchCudaRuntime
 
+def hopper_features(arch: str) -> bool:
+    """Whether a device of ``arch`` (``sm_XY``) has Hopper's thread block clusters, distributed
+    shared memory, bulk copies and mbarrier transaction counts (sm_90 on); True when the arch is
+    not known (a template then offers them, and a device without them fails the compile, not the GA)."""
+    m = re.fullmatch(r"sm_(\d+)a?", arch or "")
+    return not m or int(m.group(1)) >= 90
+
+
 _PROBE = r"""
 import json, sys
 out = {"devices": [], "error": None}

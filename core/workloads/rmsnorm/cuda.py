@@ -1,13 +1,16 @@
 """CUDA C RMSNorm template (header-free), optionally fused with the residual add (vLLM's
 ``fused_add_rms_norm``: the sum x + residual is written back into ``residual``).
 
-* parallel_config -- threads per block, rows per block, one block per row group or a persistent
-  grid of ``waves`` blocks per SM;
+* parallel_config -- threads per block, rows per block (a group, normalised together: its loads in
+  flight at once, its sums in one reduction), one block per group or a persistent grid of
+  ``waves`` blocks per SM; on sm_90 and later, a group split over the ``split`` blocks of a thread
+  block cluster, each on its own SM with a slice of every row, their partial sums meeting in
+  distributed shared memory (a decode-sized row is otherwise read and written by one SM alone);
 * memory_pattern -- vector width of loads/stores (a scalar twin runs when a row is not aligned to
   it), load cache hint (plain, non-coherent ``.nc``, streaming ``.cs``), streaming store;
 * register_allocation -- where the row waits between the reduction and the output: registers
   (one read of x), shared memory, or a second read from global; warp-shuffle or shared-memory
-  tree reduction;
+  tree reduction, or every warp summing the warp totals itself after one barrier;
 * instruction_sequence -- order of load x, load w, reduce, store (w may be fetched before the
   reduction to overlap its latency, or after it to save registers).
 """
@@ -20,9 +23,12 @@ from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 from core.backends.arrays import dtype_bytes
+from core.backends.cuda import hopper_features
+from core.workloads.rmsnorm.cuda_cluster import CLUSTER_ROW, CLUSTER_SUM
 
 TOKENS = ("LOAD_X", "LOAD_W", "REDUCE", "STORE")
-MAX_ITEMS = 64  # floats of the row per thread held in registers, beyond that the row spills
+MAX_ITEMS = 64  # floats of the row group per thread held in registers, beyond that the rows spill
+SMEM_ROW_BYTES = 40 * 1024  # the rows' static shared memory, leaving room under 48 KB for the reduction
 
 
 def _cols_max(problem: dict) -> int:
@@ -37,10 +43,12 @@ class CudaRmsNormTemplate(Template):
         cols = _cols_max(self.problem)
         groups = {
             "parallel_config": (
-                ChoiceGene("threads", (64, 128, 256, 512, 1024), "threads per block (one row at a time)"),
-                ChoiceGene("rows_per_block", (1, 2, 4), "consecutive rows a block normalises"),
+                ChoiceGene("threads", (64, 128, 256, 512, 1024), "threads per block"),
+                ChoiceGene("rows_per_block", (1, 2, 4), "consecutive rows a block normalises together (a group)"),
                 ChoiceGene("schedule", ("rows", "persistent"), "a block per row group, or a persistent grid"),
                 ChoiceGene("waves", (1, 2, 4, 8), "blocks per SM of the persistent grid"),
+                ChoiceGene("split", (1, 2, 4, 8) if hopper_features(self.device.arch) else (1,),
+                           "blocks of a cluster sharing a row group, a slice each (sm_90 on)", legacy=1),
             ),
             "memory_pattern": (
                 ChoiceGene("vec", tuple(v for v in (1, 2, 4, 8) if v * elt <= 16), "elements per load/store"),
@@ -48,7 +56,7 @@ class CudaRmsNormTemplate(Template):
                 ChoiceGene("store", ("", ".cs"), "store cache hint: plain or streaming"),
             ),
             "register_allocation": (
-                MapGene("regs", (("row", ("registers", "smem", "reread")), ("reduce", ("shuffle", "smem"))),
+                MapGene("regs", (("row", ("registers", "smem", "reread")), ("reduce", ("shuffle", "smem", "all_warps"))),
                         "where the row waits for its norm; how the block sums"),
             ),
             "instruction_sequence": (
@@ -58,31 +66,39 @@ class CudaRmsNormTemplate(Template):
         }
 
         def fits(g: Genome) -> str | None:
-            p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
-            items = -(-cols // (p["threads"] * m["vec"])) * m["vec"]
-            if r["row"] == "registers" and -(-cols // p["threads"]) > MAX_ITEMS:
-                return f"{-(-cols // p['threads'])} row elements per thread in registers (> {MAX_ITEMS})"
-            if r["row"] == "smem" and cols * 4 > 48 * 1024:
-                return "row does not fit in 48 KB of static shared memory"
-            if items < 1:
-                return "no work per thread"
+            p, r = g["parallel_config"], g["register_allocation"]["regs"]
+            split, group = p["split"], p["rows_per_block"]
+            if split > 1 and p["schedule"] != "rows":
+                return "a row group split over a cluster takes a cluster of its own: no persistent grid"
+            per_thread = group * -(-cols // (split * p["threads"]))
+            if r["row"] == "registers" and per_thread > MAX_ITEMS:
+                return f"{per_thread} row elements per thread in registers (> {MAX_ITEMS})"
+            if r["row"] == "smem" and 4 * srow_floats(g, self.problem) > SMEM_ROW_BYTES:
+                return f"the row group's slices do not fit in {SMEM_ROW_BYTES // 1024} KB of static shared memory"
             return None
 
-        seed = {"parallel_config": {"threads": 1024, "rows_per_block": 1, "schedule": "rows", "waves": 1},
+        seed = {"parallel_config": {"threads": 1024, "rows_per_block": 1, "schedule": "rows", "waves": 1, "split": 1},
                 "memory_pattern": {"vec": 16 // elt, "load": "", "store": ""},
                 "register_allocation": {"regs": {"row": "registers", "reduce": "shuffle"}},
                 "instruction_sequence": {"body": ("LOAD_X", "LOAD_W", "REDUCE", "STORE")}}
-        return GeneSpace(groups, (fits,), (seed,), canonicalisers=CANONICALISERS)
+        seeds = [seed]
+        if hopper_features(self.device.arch):  # decode rows over a cluster: one row over 8 SMs or 2, 4 rows over 8
+            seeds += [{**seed, "parallel_config": {**seed["parallel_config"], "threads": threads, "split": split,
+                                                   "rows_per_block": group}}
+                      for threads, split, group in ((128, 8, 1), (512, 2, 1), (256, 8, 4))]
+        return GeneSpace(groups, (fits,), tuple(seeds), canonicalisers=CANONICALISERS)
 
     def render(self, genome: Genome) -> KernelSource:
         p = genome["parallel_config"]
         source = render_source(genome, self.problem)
         threads = p["threads"]
         row = genome["register_allocation"]["regs"]["row"]
-        shared = 4 * threads + (4 * _cols_max(self.problem) if row == "smem" else 0)
-        per_thread = -(-_cols_max(self.problem) // threads)
+        group = p["rows_per_block"]
+        shared = 4 * red_floats(p) + (4 * srow_floats(genome, self.problem) if row == "smem" else 0)
+        shared += 4 * group * p["split"] if p["split"] > 1 else 0
+        per_thread = group * -(-_cols_max(self.problem) // (threads * p["split"]))
         launch = {"threads": threads, "rows_per_block": p["rows_per_block"], "persistent": p["schedule"] == "persistent",
-                  "waves": p["waves"]}
+                  "waves": p["waves"], "split": p["split"]}
         resources = {"threads": threads, "shared_bytes": shared,
                      "registers": min(255, 32 + (2 * per_thread if row == "registers" else 8))}
         return KernelSource("cuda", source, "abebot_rmsnorm", ("-std=c++17",), launch, resources)
@@ -93,6 +109,7 @@ class CudaRmsNormTemplate(Template):
         blocks = -(-rows // lp["rows_per_block"])
         if lp["persistent"]:
             blocks = min(blocks, self.device.multiprocessors * lp["waves"])
+        blocks *= lp["split"]  # a cluster of ``split`` blocks per row group (the kernel's __cluster_dims__)
         res = t["residual"] if self.problem["residual"] else t["x"]
         return kernel.bind((blocks, 1, 1), (lp["threads"], 1, 1),
                            (t["x"], t["w"], res, t["out"], rows, cols, float(self.problem["eps"])))
@@ -115,71 +132,122 @@ CANONICALISERS = (_waves_persistent_only,)
 
 
 def _row_body(body: tuple, mode: str) -> str:
-    """The templated per-row function's steps, in the genome's order."""
+    """The templated row-group function's steps, in the genome's order: every step covers all the
+    group's rows, so their loads are in flight together and their sums meet in one reduction."""
     steps = {
         "LOAD_X": """
-    // LOAD_X: x (+ residual, written back) into the row cache; sum of squares on the fly
+    // LOAD_X: x (+ residual, written back) of every row of the group into the row cache; sums of
+    // squares on the fly. Every load is issued before the first sum is stored: a store is ordered
+    // after the loads before it, so one row (or vector) at a time would wait for memory each.
+    float xs[ROWS_PER_BLOCK][ITEMS][V], rs[ROWS_PER_BLOCK][ITEMS][V];
 #pragma unroll
-    for (int it = 0; it < ITEMS; ++it) {
-        const int c = (it * THREADS + threadIdx.x) * V;
-        float xv[V];
-        if (c < cols) {
-            load_vec<V>(x + c, xv);
-            if (HAS_RES) { float rv[V]; load_vec<V>(res + c, rv);
+    for (int r = 0; r < ROWS_PER_BLOCK; ++r) {
+        const long long ro = (long long)r * cols;
 #pragma unroll
-                for (int e = 0; e < V; ++e) xv[e] += rv[e];
-                store_vec<V>(res + c, xv); }
-        } else {
+        for (int it = 0; it < ITEMS; ++it) {
+            const int c = (it * THREADS + threadIdx.x) * V;
+            if (r < nrows && c < n) {
+                load_vec<V>(x + ro + c, xs[r][it]);
+                if (HAS_RES) load_vec<V>(res + ro + c, rs[r][it]);
+            } else {
 #pragma unroll
-            for (int e = 0; e < V; ++e) xv[e] = 0.f;
+                for (int e = 0; e < V; ++e) xs[r][it][e] = rs[r][it][e] = 0.f;
+            }
         }
+    }
 #pragma unroll
-        for (int e = 0; e < V; ++e) { ss += xv[e] * xv[e]; KEEP(it, e, xv[e]); }
+    for (int r = 0; r < ROWS_PER_BLOCK; ++r) {
+        const long long ro = (long long)r * cols;
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+            const int c = (it * THREADS + threadIdx.x) * V;
+            if (HAS_RES) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) xs[r][it][e] += rs[r][it][e];
+                if (r < nrows && c < n) store_vec<V>(res + ro + c, xs[r][it]);
+            }
+#pragma unroll
+            for (int e = 0; e < V; ++e) { ss[r] += xs[r][it][e] * xs[r][it][e]; KEEP(r, it, e, xs[r][it][e]); }
+        }
     }""",
         "LOAD_W": """
-    // LOAD_W: the weight slice this thread needs, into registers
+    // LOAD_W: the weight slice this thread needs (the same for every row), into registers
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
         const int c = (it * THREADS + threadIdx.x) * V;
-        if (c < cols) load_vec<V>(w + c, wv[it]);
+        if (c < n) load_vec<V>(w + c, wv[it]);
     }""",
         "REDUCE": """
-    // REDUCE: block-wide sum of squares -> 1 / rms
-    const float rstd = rsqrtf(block_sum(ss, red) / cols + eps);""",
+    // REDUCE: row-wide sums of squares (the block's, or the cluster's) -> 1 / rms
+    row_sums<ROWS_PER_BLOCK>(ss, red);
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_BLOCK; ++r) ss[r] = rsqrtf(ss[r] / cols + eps);""",
         "STORE": """
     // STORE: out = x * rstd * w
 #pragma unroll
-    for (int it = 0; it < ITEMS; ++it) {
-        const int c = (it * THREADS + threadIdx.x) * V;
-        if (c < cols) {
-            float xv[V], ov[V];
-            FETCH(it, c, xv);
+    for (int r = 0; r < ROWS_PER_BLOCK; ++r) {
+        const long long ro = (long long)r * cols;
 #pragma unroll
-            for (int e = 0; e < V; ++e) ov[e] = xv[e] * rstd * wv[it][e];
-            store_vec_out<V>(out + c, ov);
+        for (int it = 0; it < ITEMS; ++it) {
+            const int c = (it * THREADS + threadIdx.x) * V;
+            if (r < nrows && c < n) {
+                float xv[V], ov[V];
+                FETCH(r, it, c, xv);
+#pragma unroll
+                for (int e = 0; e < V; ++e) ov[e] = xv[e] * ss[r] * wv[it][e];
+                store_vec_out<V>(out + ro + c, ov);
+            }
         }
     }""",
     }
-    keep = {"registers": "#define KEEP(it, e, v) row[it][e] = (v)\n#define FETCH(it, c, xv) for (int e = 0; e < V; ++e) xv[e] = row[it][e]",
-            "smem": "#define KEEP(it, e, v) srow[(it * THREADS + threadIdx.x) * V + (e)] = (v)\n"
-                    "#define FETCH(it, c, xv) for (int e = 0; e < V; ++e) xv[e] = srow[(c) + e]",
-            "reread": "#define KEEP(it, e, v) (void)0\n#define FETCH(it, c, xv) "
-                      "if (HAS_RES) load_vec<V, false>(res + (c), xv); else load_vec<V>(x + (c), xv)"}[mode]
-    pre = "    float row[ITEMS][V];\n" if mode == "registers" else ""
+    keep = {"registers": "#define KEEP(r, it, e, v) row[r][it][e] = (v)\n"
+                         "#define FETCH(r, it, c, xv) for (int e = 0; e < V; ++e) xv[e] = row[r][it][e]",
+            "smem": "#define KEEP(r, it, e, v) srow[(r) * SLICE + (it * THREADS + threadIdx.x) * V + (e)] = (v)\n"
+                    "#define FETCH(r, it, c, xv) for (int e = 0; e < V; ++e) xv[e] = srow[(r) * SLICE + (c) + e]",
+            "reread": "#define KEEP(r, it, e, v) (void)0\n#define FETCH(r, it, c, xv) "
+                      "if (HAS_RES) load_vec<V, false>(res + ro + (c), xv); else load_vec<V>(x + ro + (c), xv)"}[mode]
+    pre = "    float row[ROWS_PER_BLOCK][ITEMS][V];\n" if mode == "registers" else ""
     code = "".join(steps[t] for t in body)
     return f"""{keep}
+// rows [0, nrows) of a group, ``cols`` apart; of each, the n columns of this block's slice
 template <int V>
 static __device__ __forceinline__ void row_norm(const T *__restrict__ x, const T *__restrict__ w, T *res, T *__restrict__ out,
-                                                int cols, float eps, float *red, float *srow) {{
-    constexpr int ITEMS = (COLS_MAX + THREADS * V - 1) / (THREADS * V);
+                                                int n, int cols, int nrows, float eps, float *red, float *srow) {{
+    constexpr int ITEMS = (COLS_MAX + SPLIT * THREADS * V - 1) / (SPLIT * THREADS * V);
+    constexpr int SLICE = ITEMS * THREADS * V;  // a row's place in srow
+    (void)SLICE;
 {pre}    float wv[ITEMS][V];
-    float ss = 0.f;
+    float ss[ROWS_PER_BLOCK];
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_BLOCK; ++r) ss[r] = 0.f;
 {code}
-    __syncthreads();  // red and srow are reused by the next row
+    if (PERSISTENT) __syncthreads();  // red and srow are reused by the block's next group
 }}
 #undef KEEP
 #undef FETCH
 """
+
+
+ROW_GROUP = """ {
+        const long long row0 = (long long)rb * ROWS_PER_BLOCK;
+        if (row0 >= rows) break;
+        const int nrows = (int)min((long long)ROWS_PER_BLOCK, rows - row0);
+        const long long o = row0 * cols;
+        if (aligned) row_norm<VEC>(x + o, w, res + o, out + o, cols, cols, nrows, eps, red, srow);
+        else for (int i = 0; i < nrows; ++i) row_norm_scalar(x + o + (long long)i * cols, w, res + o + (long long)i * cols, out + o + (long long)i * cols, cols, eps, red);
+    }"""
+
+def red_floats(p: dict) -> int:
+    """Floats of the block reduction's shared buffer: a tree's one per thread, or 32 warp totals
+    and a result for each row of the group."""
+    return max(p["threads"] + 1, 33 * p["rows_per_block"])
+
+
+def srow_floats(g: Genome, problem: dict) -> int:
+    """Floats of shared memory that hold the row group's slices (``row = smem``)."""
+    p, vec = g["parallel_config"], g["memory_pattern"]["vec"]
+    per_block = p["split"] * p["threads"] * vec
+    return p["rows_per_block"] * -(-_cols_max(problem) // per_block) * p["threads"] * vec
 
 
 def render_source(g: Genome, problem: dict) -> str:
@@ -189,25 +257,50 @@ def render_source(g: Genome, problem: dict) -> str:
     T, to_f, from_f = SCALAR_TYPES[dtype]
     cols_max = _cols_max(problem)
     ld, st = m["load"], m["store"]
-    reduce_fn = ("""
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = s;
+    reduce_fn = {"shuffle": """
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+        for (int o = 16; o > 0; o >>= 1) s[r] += __shfl_xor_sync(0xffffffffu, s[r], o);
+        if (threadIdx.x % 32 == 0) red[r * 32 + threadIdx.x / 32] = s[r];
+    }
     __syncthreads();
     if (threadIdx.x < 32) {
-        s = threadIdx.x < THREADS / 32 ? red[threadIdx.x] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (threadIdx.x == 0) red[THREADS] = s;
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+            float t = threadIdx.x < THREADS / 32 ? red[r * 32 + threadIdx.x] : 0.f;
+            for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+            if (threadIdx.x == 0) red[N * 32 + r] = t;
+        }
     }
     __syncthreads();
-    return red[THREADS];""" if r["reduce"] == "shuffle" else """
-    red[threadIdx.x] = s;
+#pragma unroll
+    for (int r = 0; r < N; ++r) s[r] = red[N * 32 + r];""", "all_warps": """
+    // one barrier: every warp sums the warp totals itself (the same butterfly everywhere, so every
+    // thread holds the same bits)
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+        for (int o = 16; o > 0; o >>= 1) s[r] += __shfl_xor_sync(0xffffffffu, s[r], o);
+        if (threadIdx.x % 32 == 0) red[r * 32 + threadIdx.x / 32] = s[r];
+    }
     __syncthreads();
-    for (int st = THREADS / 2; st > 0; st >>= 1) {
-        if (threadIdx.x < st) red[threadIdx.x] += red[threadIdx.x + st];
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+        float t = threadIdx.x % 32 < THREADS / 32 ? red[r * 32 + threadIdx.x % 32] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        s[r] = t;
+    }""", "smem": """
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+        red[threadIdx.x] = s[r];
         __syncthreads();
-    }
-    return red[0];""")
-    rows_loop = ("for (int rb = blockIdx.x; rb < nblk; rb += gridDim.x)" if p["schedule"] == "persistent"
+        for (int st = THREADS / 2; st > 0; st >>= 1) {
+            if (threadIdx.x < st) red[threadIdx.x] += red[threadIdx.x + st];
+            __syncthreads();
+        }
+        s[r] = red[0];
+        if (N > 1) __syncthreads();  // red is rewritten for the next row
+    }"""}[r["reduce"]]
+    rows_loop = ("for (int rb = blockIdx.x; rb < (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK; rb += gridDim.x)" if p["schedule"] == "persistent"
                  else "for (int rb = blockIdx.x; rb < blockIdx.x + 1; ++rb)")
     # the grid is set at launch: what sizes it is recorded here, so a grid change changes the source
     waves = f"#define WAVES {p['waves']}  // blocks per SM of the persistent grid\n" if p["schedule"] == "persistent" else ""
@@ -215,7 +308,10 @@ def render_source(g: Genome, problem: dict) -> str:
 typedef {T} T;
 #define THREADS {p['threads']}
 #define ROWS_PER_BLOCK {p['rows_per_block']}
-{waves}#define VEC {m['vec']}
+{waves}#define SPLIT {p['split']}  // blocks of a cluster sharing a row
+#define PERSISTENT {int(p['schedule'] == 'persistent')}  // a block goes on to further row groups
+#define RED {red_floats(p)}  // floats of the block reduction's shared memory
+#define VEC {m['vec']}
 #define COLS_MAX {cols_max}
 #define HAS_RES {int(bool(problem['residual']))}
 #define ELT {elt}
@@ -275,8 +371,10 @@ template <int V, bool OUT> static __device__ __forceinline__ void store_any(T *p
 template <int V> static __device__ __forceinline__ void store_vec(T *p, const float *v) {{ store_any<V, false>(p, v); }}
 template <int V> static __device__ __forceinline__ void store_vec_out(T *p, const float *v) {{ store_any<V, true>(p, v); }}
 
-static __device__ __forceinline__ float block_sum(float s, float *red) {{{reduce_fn}
+// the block's totals of N values, in place, in every thread
+template <int N> static __device__ __forceinline__ void block_sums(float (&s)[N], float *red) {{{reduce_fn}
 }}
+{CLUSTER_SUM if p['split'] > 1 else "#define row_sums block_sums"}
 {_row_body(g["instruction_sequence"]["body"], r["row"])}
 // rows not aligned to the vector width: scalar, two reads, few registers (so the fast path keeps its occupancy)
 static __device__ __noinline__ void row_norm_scalar(const T *__restrict__ x, const T *__restrict__ w, T *res, T *__restrict__ out,
@@ -287,7 +385,9 @@ static __device__ __noinline__ void row_norm_scalar(const T *__restrict__ x, con
         if (HAS_RES) {{ v += to_f(res[c]); res[c] = from_f(v); }}
         ss += v * v;
     }}
-    const float rstd = rsqrtf(block_sum(ss, red) / cols + eps);
+    float sum[1] = {{ss}};
+    block_sums<1>(sum, red);
+    const float rstd = rsqrtf(sum[0] / cols + eps);
     for (int c = threadIdx.x; c < cols; c += THREADS) {{
         const float v = HAS_RES ? to_f(res[c]) : to_f(x[c]);
         out[c] = from_f(v * rstd * to_f(w[c]));
@@ -295,21 +395,12 @@ static __device__ __noinline__ void row_norm_scalar(const T *__restrict__ x, con
     __syncthreads();
 }}
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS){" __cluster_dims__(SPLIT, 1, 1)" if p['split'] > 1 else ""}
 abebot_rmsnorm(const T *__restrict__ x, const T *__restrict__ w, T *res, T *__restrict__ out, int rows, int cols, float eps) {{
-    __shared__ float red[THREADS + 1];
-    {"__shared__ float srow[COLS_MAX];" if r["row"] == "smem" else "float *srow = nullptr;"}
-    const int nblk = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    __shared__ float red[RED];
+    {f"__shared__ float srow[{srow_floats(g, problem)}];" if r["row"] == "smem" else "float *srow = nullptr;"}
     const bool aligned = cols % VEC == 0;  // else rows start off the vector grid: run the scalar twin
-    {rows_loop} {{
-        for (int i = 0; i < ROWS_PER_BLOCK; ++i) {{
-            const long long row = (long long)rb * ROWS_PER_BLOCK + i;
-            if (row >= rows) break;
-            const long long o = row * cols;
-            if (aligned) row_norm<VEC>(x + o, w, res + o, out + o, cols, eps, red, srow);
-            else row_norm_scalar(x + o, w, res + o, out + o, cols, eps, red);
-        }}
-    }}
+{CLUSTER_ROW if p['split'] > 1 else '    ' + rows_loop + ROW_GROUP}
 }}
 """
 

@@ -4,8 +4,7 @@ canonicalisers that make equal kernels equal genomes. The fused RMSNorm template
 to these."""
 from __future__ import annotations
 
-import re
-
+from core.backends.cuda import hopper_features
 from core.genome import ChoiceGene, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.w4a16 import cuda_mma, cuda_mma_w
 
@@ -13,13 +12,6 @@ NIBBLES = tuple(f"N{b}" for b in range(8))
 MAX_FLOATS = 128  # words, x values, accumulators and partial sums per thread
 SMEM_LIMIT = 48 * 1024  # static shared memory of the K-lane reduction
 MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
-
-
-def bulk_copies(arch: str) -> bool:
-    """Whether a device of ``arch`` (``sm_XY``) has Hopper's bulk copies and mbarrier transaction
-    counts (sm_90 on); True when the arch is not known."""
-    m = re.fullmatch(r"sm_(\d+)a?", arch or "")
-    return not m or int(m.group(1)) >= 90
 
 
 def gene_groups(dtype: str = "bfloat16", arch: str = "") -> dict:
@@ -43,7 +35,7 @@ def gene_groups(dtype: str = "bfloat16", arch: str = "") -> dict:
             ChoiceGene("stages", (0, 2, 3, 4, 6, 8), "tensor-core path: chunks of words in flight through a "
                                                     "shared-memory ring filled by cp.async (0: loads into registers)",
                        legacy=0),
-            ChoiceGene("copy", ("lanes", "bulk") if bulk_copies(arch) else ("lanes",), "what fills the weights-as-A path's ring: every lane's cp.async, or "
+            ChoiceGene("copy", ("lanes", "bulk") if hopper_features(arch) else ("lanes",), "what fills the weights-as-A path's ring: every lane's cp.async, or "
                                                   "(sm_90) bulk copies of chunks of K (batch: slots a group), x rows shared by the warps along N",
                        legacy="lanes"),
         ),
@@ -152,7 +144,7 @@ CANONICALISERS = (cuda_mma.canonical, cuda_mma_w.canonical, half2_pairs)
 def seeds(dtype: str, arch: str = "") -> tuple:
     """The seeds for activations of ``dtype`` (the tensor-core ones for 16-bit types; those with
     bulk copies only where ``arch`` has them)."""
-    mma = tuple(s for s in MMA_SEEDS if bulk_copies(arch) or s["memory_pattern"].get("copy") != "bulk")
+    mma = tuple(s for s in MMA_SEEDS if hopper_features(arch) or s["memory_pattern"].get("copy") != "bulk")
     return SEEDS + (mma if dtype in cuda_mma.TYPES else ())
 
 
