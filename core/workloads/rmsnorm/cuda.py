@@ -19,11 +19,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
-from core.backends.cuda import SCALAR_TYPES
+from core.backends.cuda import SCALAR_TYPES, hopper_features
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
 from core.workloads.template import Template
 from core.backends.arrays import dtype_bytes
-from core.backends.cuda import hopper_features
 from core.workloads.rmsnorm.cuda_cluster import CLUSTER_ROW, CLUSTER_SUM
 
 TOKENS = ("LOAD_X", "LOAD_W", "REDUCE", "STORE")
@@ -237,6 +236,7 @@ ROW_GROUP = """ {
         else for (int i = 0; i < nrows; ++i) row_norm_scalar(x + o + (long long)i * cols, w, res + o + (long long)i * cols, out + o + (long long)i * cols, cols, eps, red);
     }"""
 
+
 def red_floats(p: dict) -> int:
     """Floats of the block reduction's shared buffer: a tree's one per thread, or 32 warp totals
     and a result for each row of the group."""
@@ -308,7 +308,7 @@ def render_source(g: Genome, problem: dict) -> str:
 typedef {T} T;
 #define THREADS {p['threads']}
 #define ROWS_PER_BLOCK {p['rows_per_block']}
-{waves}#define SPLIT {p['split']}  // blocks of a cluster sharing a row
+{waves}#define SPLIT {p['split']}  // blocks of a cluster sharing a row group
 #define PERSISTENT {int(p['schedule'] == 'persistent')}  // a block goes on to further row groups
 #define RED {red_floats(p)}  // floats of the block reduction's shared memory
 #define VEC {m['vec']}
