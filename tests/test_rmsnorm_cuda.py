@@ -81,7 +81,7 @@ def test_a_split_kernel_launches_a_cluster_of_split_blocks_per_row_group(tmp_pat
     ptx = ptx[ptx.index(".entry abebot_rmsnorm"):]  # the kernel, not the scalar twin before it
     assert re.search(r"\.reqnctapercluster\s+4\s*,\s*1\s*,\s*1", ptx)
     # the blocks' totals go into each other's shared memory between the cluster barriers, and the
-    # first barrier is entered before the row's loads, so that its wait costs nothing
+    # first barrier is entered before the row's loads, so that waiting for the blocks to start overlaps them
     arrive, load = ptx.index("barrier.cluster.arrive.relaxed"), ptx.index("ld.global")
     mapa, store = ptx.index("mapa.shared::cluster"), ptx.index("st.shared::cluster")
     assert arrive < load < ptx.index("barrier.cluster.wait") < mapa < store < ptx.index("barrier.cluster.arrive.release")
