@@ -1,17 +1,27 @@
 #!/usr/bin/env python3
-"""On the GPU: one genome and its one-gene variants, each checked and timed side by side, or one
-genome launched again and again for a profiler.
+"""One genome and its one-gene variants, each checked and timed side by side, or one genome
+launched again and again for a profiler.
 
 Each variant is rendered, compiled and bound exactly as the GA does (the workload's harness: the
 repack once, then ``bind``); its first launch is checked against the float64 reference and a wrong
-one is reported as such, never timed. Times are ``triton.testing.do_bench`` medians (rep 200 ms),
-with the harness's baselines timed in the same process, and the bytes the workload must move over
-the time give the share of the measured copy roofline.
+one is reported as such, never timed. Times are ``triton.testing.do_bench`` medians (rep 200 ms, on
+a GPU), with the harness's baselines timed in the same process, and the bytes the workload must
+move over the time give the share of the measured copy roofline.
+
+With ``--rounds N`` the variants go through the GA's own protocol instead (any backend, the CPU's
+included): one sandboxed evaluator (``core.check.Checker``, holding the device lock as ``core
+check`` does) verifies each on every shape and times it as the GA does (CUDA graphs for launches
+too short for events, poisoned and permuted inputs, checked timed launches); each round times the
+baselines again and then every variant, in a shuffled order, and the table gives the median over
+the rounds, the spread (slowest - fastest round) and the ratio to the fastest baseline. Events miss
+what a launch-bound kernel costs inside a graph; this mode is for those.
 
     python3 benchmarks/gpu_kernel_sweep.py w4a16 '{"m":16}' GENOME_JSON \\
         --vary 'register_allocation.batch=1,2,4' --vary 'parallel_config.kblocks=2,4,8'
     ncu --clock-control none -k regex:kernel -s 3 -c 1 python3 benchmarks/gpu_kernel_sweep.py \\
         w4a16 '{"m":16}' GENOME_JSON --launches 5
+    python3 benchmarks/gpu_kernel_sweep.py rmsnorm '{"rows":64,"residual":true}' GENOME_JSON \\
+        --vary 'parallel_config.split=1,2,8' --rounds 5
 
 ``--vary`` takes one gene (``group.gene`` or ``group.regs.key``) and its values (JSON each, or bare
 strings); each ``--vary`` is swept alone around the base genome, and ``--grid`` sweeps them all
@@ -22,6 +32,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -66,6 +78,67 @@ def variants(base: dict, vary: list[str], grid: bool) -> list[tuple[str, dict]]:
     return out
 
 
+def genomes(space, args) -> list[tuple[str, object]]:
+    """(label, canonical genome) of each variant that is legal and not the same kernel as an earlier
+    one; the others are reported and left out."""
+    out, seen = [], set()
+    for label, d in variants(json.loads(args.genome), args.vary, args.grid):
+        try:
+            g = space.canonical(space.from_json(d))
+            why = space.validate(g)
+        except ValueError as exc:
+            g, why = None, str(exc)
+        if why or g is None or g.hash in seen:
+            print(f"skip {label}: {why or 'the same kernel as an earlier variant'}", flush=True)
+            continue
+        seen.add(g.hash)
+        out.append((label, g))
+    return out
+
+
+def protocol_sweep(args) -> int:
+    """``--rounds``: every variant and baseline through the GA's protocol, rounds interleaved."""
+    from core.check import Checker, device_lock
+
+    hold_device, _busy = device_lock()
+    runs = Path(args.runs_dir)
+    with hold_device(runs, args.backend, 0, "gpu_kernel_sweep"), \
+            Checker(args.workload, args.backend, json.loads(args.problem), runs_dir=runs) as checker:
+        template = checker.evaluator.template
+        chosen = dict(genomes(template.gene_space(), args))
+        kernels = [(label, template.render(g)) for label, g in chosen.items()]
+        times: dict[str, list[float]] = {label: [] for label, _ in kernels}
+        failed: dict[str, str] = {}
+        baselines: dict[str, list[float]] = {}
+        for r in range(args.rounds):
+            record = checker.baseline if r == 0 else checker.evaluator.remeasure_baselines(every=True)
+            for name, b in record["baselines"].items():
+                if b.get("time_us") is not None and b.get("verified"):
+                    baselines.setdefault(name, []).append(b["time_us"])
+            order = random.Random(r).sample(kernels, len(kernels))
+            for (label, _), ev in zip(order, checker.evaluator.evaluate_sources([k for _, k in order])):
+                if ev.ok:
+                    times[label].append(ev.time_us)
+                else:
+                    failed[label] = f"{ev.status}: {ev.cause}"[:120]
+            print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{label} {times[label][-1]:.2f} us" for label, _ in kernels
+                                                              if label not in failed), flush=True)
+    fastest = min(statistics.median(v) for v in baselines.values())
+    print(f"\n{args.workload} {args.backend} {args.problem}: medians of {args.rounds} rounds, spread = slowest - fastest round")
+    print(f"{'kernel':40s} {'median us':>10s} {'spread us':>10s} {'vs fastest baseline':>20s}")
+    rows = [(label, v, "") for label, v in times.items() if label not in failed]
+    rows += [(name, v, " (baseline)") for name, v in baselines.items()]
+    for label, v, what in sorted(rows, key=lambda row: statistics.median(row[1])):
+        median = statistics.median(v)
+        print(f"{label:40s} {median:10.2f} {max(v) - min(v):10.2f} {fastest / median:19.3f}x{what}")
+    for label, why in failed.items():
+        print(f"{label:40s} FAILED {why}")
+    best = min((row for row in rows if not row[2]), key=lambda row: statistics.median(row[1]), default=None)
+    if best:
+        print("best genome:", chosen[best[0]].to_json())
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workload")
@@ -74,8 +147,12 @@ def main() -> int:
     ap.add_argument("--vary", action="append", default=[], metavar="GENE=V1,V2")
     ap.add_argument("--grid", action="store_true", help="every combination of the --vary values")
     ap.add_argument("--launches", type=int, default=0, help="launch the base this many times, untimed (for ncu)")
+    ap.add_argument("--rounds", type=int, default=0, help="time through the GA's protocol, this many interleaved rounds")
     ap.add_argument("--backend", default="cuda")
+    ap.add_argument("--runs-dir", default="runs", help="with --rounds: whose device lock and compile cache to use")
     args = ap.parse_args()
+    if args.rounds:
+        return protocol_sweep(args)
     problem = get_workload(args.workload).validate_problem(json.loads(args.problem), args.backend)
     proto = Protocol({"backend": args.backend, "device": 0, "workload": args.workload, "problem": problem})
     h, rt, problem = proto.harness, proto.runtime, proto.main
@@ -100,18 +177,7 @@ def main() -> int:
                 rows.append((name, do_bench(lambda fn=fn: fn(case), rep=200, return_mode="median") * 1e3, "baseline"))
             except Exception as exc:  # noqa: BLE001 - a baseline that does not take this problem (int4pack: bf16 only)
                 print(f"baseline {name} not run: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
-        seen = set()
-        for label, d in variants(json.loads(args.genome), args.vary, args.grid):
-            try:
-                g = space.from_json(d)
-                why = space.validate(space.canonical(g))
-                g = space.canonical(g)
-            except ValueError as exc:
-                g, why = None, str(exc)
-            if why or g is None or g.hash in seen:
-                print(f"skip {label}: {why or 'the same kernel as an earlier variant'}", flush=True)
-                continue
-            seen.add(g.hash)
+        for label, g in genomes(space, args):
             try:
                 kernel = rt.load(proto.backend.compile(proto.template.render(g), Path(tmp)))
                 h.reset_outputs(case)
