@@ -31,6 +31,7 @@ from core.backends import cache, elf
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
 from core.backends.torch_runtime import TorchCudaRuntime
 
+
 def hopper_features(arch: str) -> bool:
     """Whether a device of ``arch`` (``sm_XY``) has Hopper's thread block clusters, distributed
     shared memory, bulk copies and mbarrier transaction counts (sm_90 on); True when the arch is
