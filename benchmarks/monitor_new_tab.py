@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from monitor_render import MONITOR_DRAWN, WARMED_LINE  # noqa: E402
+from monitor_render import CHROMIUM_FLAGS, MONITOR_DRAWN, streamlit_server  # noqa: E402
 
 PLOTLY_REQUESTED = ("(() => { const e = performance.getEntriesByType('resource')"
                     ".find(r => r.name.includes('/PlotlyChart.')); return e ? e.startTime : null; })()")
@@ -47,33 +45,6 @@ def worktree(ref: str):
         yield path
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, capture_output=True)
-
-
-@contextmanager
-def dashboard(tree: Path, runs: Path):
-    """``python -m dashboard.serve`` of ``tree`` on a free port; yields its URL once warmed up."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tempfile.TemporaryFile()
-    env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs))
-    server = subprocess.Popen([sys.executable, "-m", "dashboard.serve", "--server.port", str(port),
-                               "--server.headless", "true"], cwd=tree, env=env, stdout=subprocess.DEVNULL,
-                              stderr=log, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(1200):
-            log.seek(0)
-            if WARMED_LINE.encode() in log.read():
-                break
-            time.sleep(0.1)
-        else:
-            raise RuntimeError(f"{tree}: the server never said its warm-up finished")
-        urllib.request.urlopen(url + "/_stcore/health", timeout=5)
-        yield url
-    finally:
-        os.killpg(server.pid, 9)
-        server.wait()
 
 
 def main() -> int:
@@ -98,12 +69,11 @@ def main() -> int:
     with ExitStack() as stack:
         old = stack.enter_context(worktree(args.before))
         new = stack.enter_context(worktree(args.after)) if args.after else ROOT
-        urls = {"before": stack.enter_context(dashboard(old, args.runs_dir)),
-                "after": stack.enter_context(dashboard(new, args.runs_dir))}
+        env = dict(os.environ, ABEBOT_RUNS_DIR=str(args.runs_dir))
+        urls = {name: stack.enter_context(streamlit_server(Path("app.py"), tree, env, serve=True, after_warm_up=True))
+                for name, tree in (("before", old), ("after", new))}
         p = stack.enter_context(sync_playwright())
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=flags)
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
         stack.callback(browser.close)
         contexts = {}
         for name, url in urls.items():  # each version's first visit: its HTTP cache warm, not timed

@@ -220,18 +220,20 @@ MONITOR_DRAWN = ("(() => { const p = document.querySelectorAll('[data-testid=\"s
 WARMED_LINE = "warm-up finished"  # what dashboard.nav.warm_up prints on stderr under `python -m dashboard.serve`
 
 
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
 @contextmanager
-def chromium_on(app: Path, cwd: Path, env: dict | None = None, serve: bool = False,
-                after_warm_up: bool = False) -> Iterator[tuple[object, str]]:
-    """A Streamlit server for ``app`` on a free local port and a headless Chromium page: yields
-    (page, url) as soon as ``/_stcore/health`` answers and the browser is up; the browser is closed and
-    the server's process group killed on the way out. ``serve``: start it as ``scripts/dashboard.sh``
-    does (``python -m dashboard.serve``, which warms up at start) instead of ``streamlit run app``;
-    ``after_warm_up``: with ``serve``, yield only once the server has said its warm-up finished."""
+def streamlit_server(app: Path, cwd: Path, env: dict | None = None, serve: bool = False,
+                     after_warm_up: bool = False) -> Iterator[str]:
+    """A Streamlit server for ``app`` on a free local port: yields its URL as soon as
+    ``/_stcore/health`` answers; its process group is killed on the way out. ``serve``: start it as
+    ``scripts/dashboard.sh`` does (``python -m dashboard.serve``, which warms up at start) instead of
+    ``streamlit run app``; ``after_warm_up``: with ``serve``, yield only once the server has said its
+    warm-up finished."""
     import socket
     import urllib.request
-
-    from playwright.sync_api import sync_playwright
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -256,18 +258,26 @@ def chromium_on(app: Path, cwd: Path, env: dict | None = None, serve: bool = Fal
         else:
             if after_warm_up:
                 raise RuntimeError("the server never said its warm-up finished")
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path="/usr/bin/chromium", args=flags)
-            try:
-                yield b.new_context(viewport={"width": 1500, "height": 1200}).new_page(), url
-            finally:
-                b.close()
+        yield url
     finally:
         os.killpg(server.pid, 9)
         server.wait()
         log.close()
+
+
+@contextmanager
+def chromium_on(app: Path, cwd: Path, env: dict | None = None, serve: bool = False,
+                after_warm_up: bool = False) -> Iterator[tuple[object, str]]:
+    """:func:`streamlit_server` and a headless Chromium page: yields (page, url) once both are up;
+    the browser is closed on the way out."""
+    from playwright.sync_api import sync_playwright
+
+    with streamlit_server(app, cwd, env, serve, after_warm_up) as url, sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
+        try:
+            yield b.new_context(viewport={"width": 1500, "height": 1200}).new_page(), url
+        finally:
+            b.close()
 
 
 def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
