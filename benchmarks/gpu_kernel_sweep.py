@@ -52,6 +52,15 @@ def _value(text: str):
         return text
 
 
+def _values(text: str) -> list:
+    """A ``--vary`` value list: JSON values separated by commas (lists included, as a body's
+    ``["LOAD_X","REDUCE"]``), or else bare strings split at the commas."""
+    try:
+        return json.loads(f"[{text}]")
+    except json.JSONDecodeError:
+        return [_value(v) for v in text.split(",")]
+
+
 def _set(d: dict, path: str, value) -> dict:
     out = json.loads(json.dumps(d))
     *keys, last = path.split(".")
@@ -64,7 +73,7 @@ def _set(d: dict, path: str, value) -> dict:
 
 def variants(base: dict, vary: list[str], grid: bool) -> list[tuple[str, dict]]:
     """(label, genome dict): the base first, then each gene's values alone, or every combination."""
-    axes = [(path, [_value(v) for v in values.split(",")]) for path, values in (s.split("=", 1) for s in vary)]
+    axes = [(path, _values(values)) for path, values in (s.split("=", 1) for s in vary)]
     out = [("base", base)]
     if grid and axes:
         for combo in itertools.product(*(vals for _, vals in axes)):

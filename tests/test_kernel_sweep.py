@@ -2,6 +2,7 @@
 here on the C backend (the same code path drives the GPU backends on the device)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -42,3 +43,13 @@ def test_variants_and_baselines_are_timed_in_interleaved_rounds_by_the_protocol(
     assert (best["memory_pattern"]["vector_width"], best["register_allocation"]["register_map"]["accumulators"]) \
         == genes[fastest_variant]
     assert (tmp_path / ".locks").is_dir()  # it held the runs folder's device lock, as core check does
+
+
+def test_vary_values_may_be_json_lists_or_bare_strings():
+    spec = importlib.util.spec_from_file_location("gpu_kernel_sweep", ROOT / "benchmarks" / "gpu_kernel_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    base = {"instruction_sequence": {"body": ["A", "B"]}, "memory_pattern": {"load": ""}}
+    out = sweep.variants(base, ['instruction_sequence.body=["B","A"],["A","B"]', "memory_pattern.load=,.nc,.cs"], False)
+    assert [d["instruction_sequence"]["body"] for _, d in out[1:3]] == [["B", "A"], ["A", "B"]]
+    assert [d["memory_pattern"]["load"] for _, d in out[3:]] == ["", ".nc", ".cs"]

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from core.genome import Genome
+from core.workloads.rmsnorm.cuda import full_fit
 from core.workloads import get_workload
 from tests.test_conformance import NVCC, SIMULATED_GPU
 
@@ -95,9 +96,10 @@ def test_the_one_barrier_reduction_and_the_barrier_between_rows(tmp_path):
         return len(re.findall(r"\bbar(rier)?\.sync\b", _ptx(tpl, g, tmp_path)))
 
     two, one = barriers(_with(single, reduce="shuffle")), barriers(_with(single, reduce="all_warps"))
-    assert one == two - 2  # one fewer in the vector path and one fewer in the scalar twin
+    vector_paths = 2 if full_fit(single, tpl.problem) else 1  # whole rows get a copy without bound checks
+    assert one == two - vector_paths - 1  # one fewer in each vector path and one fewer in the scalar twin
     # a block that goes on to another row waits for its threads before reusing the shared buffers
-    assert barriers(_genome(tpl, schedule="persistent")) == barriers(single) + 1
+    assert barriers(_genome(tpl, schedule="persistent")) == barriers(single) + vector_paths
 
 
 def test_a_row_groups_loads_are_all_issued_before_its_first_store(tmp_path):
@@ -117,3 +119,12 @@ def test_a_genome_saved_before_the_split_existed_still_loads_as_one_block_per_ro
     old = space.seed_genomes()[0].to_dict()
     del old["parallel_config"]["split"]
     assert space.from_json(old)["parallel_config"]["split"] == 1
+
+
+def test_whole_rows_get_the_path_without_bound_checks_only_when_every_thread_has_whole_vectors():
+    tpl = _template()
+    fits = _genome(tpl, threads=1024, split=1)  # 8192 columns = 1024 threads x 8
+    ragged = _genome(tpl, threads=512, split=8)  # 8192 / (8 x 512 x 8) is not whole
+    assert fits["memory_pattern"]["vec"] == ragged["memory_pattern"]["vec"] == 8
+    assert full_fit(fits, tpl.problem) and not full_fit(ragged, tpl.problem)
+    assert "#define FULL_FIT 1" in tpl.render(fits).source and "#define FULL_FIT 0" in tpl.render(ragged).source

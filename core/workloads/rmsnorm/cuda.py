@@ -145,7 +145,7 @@ def _row_body(body: tuple, mode: str) -> str:
 #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
             const int c = (it * THREADS + threadIdx.x) * V;
-            if (r < nrows && c < n) {
+            if ((r == 0 || r < nrows) && (FULL || c < n)) {
                 load_vec<V>(x + ro + c, xs[r][it]);
                 if (HAS_RES) load_vec<V>(res + ro + c, rs[r][it]);
             } else {
@@ -163,7 +163,7 @@ def _row_body(body: tuple, mode: str) -> str:
             if (HAS_RES) {
 #pragma unroll
                 for (int e = 0; e < V; ++e) xs[r][it][e] += rs[r][it][e];
-                if (r < nrows && c < n) store_vec<V>(res + ro + c, xs[r][it]);
+                if ((r == 0 || r < nrows) && (FULL || c < n)) store_vec<V>(res + ro + c, xs[r][it]);
             }
 #pragma unroll
             for (int e = 0; e < V; ++e) { ss[r] += xs[r][it][e] * xs[r][it][e]; KEEP(r, it, e, xs[r][it][e]); }
@@ -174,7 +174,7 @@ def _row_body(body: tuple, mode: str) -> str:
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
         const int c = (it * THREADS + threadIdx.x) * V;
-        if (c < n) load_vec<V>(w + c, wv[it]);
+        if (FULL || c < n) load_vec<V>(w + c, wv[it]);
     }""",
         "REDUCE": """
     // REDUCE: row-wide sums of squares (the block's, or the cluster's) -> 1 / rms
@@ -189,7 +189,7 @@ def _row_body(body: tuple, mode: str) -> str:
 #pragma unroll
         for (int it = 0; it < ITEMS; ++it) {
             const int c = (it * THREADS + threadIdx.x) * V;
-            if (r < nrows && c < n) {
+            if ((r == 0 || r < nrows) && (FULL || c < n)) {
                 float xv[V], ov[V];
                 FETCH(r, it, c, xv);
 #pragma unroll
@@ -209,7 +209,9 @@ def _row_body(body: tuple, mode: str) -> str:
     code = "".join(steps[t] for t in body)
     return f"""{keep}
 // rows [0, nrows) of a group, ``cols`` apart; of each, the n columns of this block's slice
-template <int V>
+// (FULL: the slice is exactly ITEMS vectors a thread, so no column needs a bound check; a group
+// always has its row 0, so that row's checks fold away too)
+template <int V, bool FULL>
 static __device__ __forceinline__ void row_norm(const T *__restrict__ x, const T *__restrict__ w, T *res, T *__restrict__ out,
                                                 int n, int cols, int nrows, float eps, float *red, float *srow) {{
     constexpr int ITEMS = (COLS_MAX + SPLIT * THREADS * V - 1) / (SPLIT * THREADS * V);
@@ -227,13 +229,17 @@ static __device__ __forceinline__ void row_norm(const T *__restrict__ x, const T
 """
 
 
+# Row indices are int (rows <= 2^20), offsets 64-bit: every warp issues these instructions before
+# its first load, and in a launch-bound kernel each one counts.
 ROW_GROUP = """ {
-        const long long row0 = (long long)rb * ROWS_PER_BLOCK;
-        if (row0 >= rows) break;
-        const int nrows = (int)min((long long)ROWS_PER_BLOCK, rows - row0);
-        const long long o = row0 * cols;
-        if (aligned) row_norm<VEC>(x + o, w, res + o, out + o, cols, cols, nrows, eps, red, srow);
-        else for (int i = 0; i < nrows; ++i) row_norm_scalar(x + o + (long long)i * cols, w, res + o + (long long)i * cols, out + o + (long long)i * cols, cols, eps, red);
+        const int row0 = rb * ROWS_PER_BLOCK;
+        if (row0 < rows) {
+            const int nrows = min(ROWS_PER_BLOCK, rows - row0);
+            const long long o = (long long)row0 * cols;
+            if (aligned && FULL_FIT && cols == COLS_MAX) row_norm<VEC, FULL_FIT>(x + o, w, res + o, out + o, cols, cols, nrows, eps, red, srow);
+            else if (aligned) row_norm<VEC, false>(x + o, w, res + o, out + o, cols, cols, nrows, eps, red, srow);
+            else for (int i = 0; i < nrows; ++i) row_norm_scalar(x + o + (long long)i * cols, w, res + o + (long long)i * cols, out + o + (long long)i * cols, cols, eps, red);
+        }
     }"""
 
 
@@ -241,6 +247,13 @@ def red_floats(p: dict) -> int:
     """Floats of the block reduction's shared buffer: a tree's one per thread, or 32 warp totals
     and a result for each row of the group."""
     return max(p["threads"] + 1, 33 * p["rows_per_block"])
+
+
+def full_fit(g: Genome, problem: dict) -> bool:
+    """Whether a row of the problem's widest shape is exactly whole vectors of every thread of the
+    cluster: then the kernel has a second vector path for such rows, without bound checks."""
+    p = g["parallel_config"]
+    return _cols_max(problem) % (p["split"] * p["threads"] * g["memory_pattern"]["vec"]) == 0
 
 
 def srow_floats(g: Genome, problem: dict) -> int:
@@ -301,7 +314,7 @@ def render_source(g: Genome, problem: dict) -> str:
         if (N > 1) __syncthreads();  // red is rewritten for the next row
     }"""}[r["reduce"]]
     rows_loop = ("for (int rb = blockIdx.x; rb < (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK; rb += gridDim.x)" if p["schedule"] == "persistent"
-                 else "for (int rb = blockIdx.x; rb < blockIdx.x + 1; ++rb)")
+                 else "const int rb = blockIdx.x;")
     # the grid is set at launch: what sizes it is recorded here, so a grid change changes the source
     waves = f"#define WAVES {p['waves']}  // blocks per SM of the persistent grid\n" if p["schedule"] == "persistent" else ""
     return f"""// AbeBot generated CUDA RMSNorm ({dtype}, residual={problem['residual']})
@@ -313,6 +326,7 @@ typedef {T} T;
 #define RED {red_floats(p)}  // floats of the block reduction's shared memory
 #define VEC {m['vec']}
 #define COLS_MAX {cols_max}
+#define FULL_FIT {int(full_fit(g, problem))}  // a row of COLS_MAX is whole vectors of every thread
 #define HAS_RES {int(bool(problem['residual']))}
 #define ELT {elt}
 

@@ -40,14 +40,15 @@ template <int N> static __device__ __forceinline__ void row_sums(float (&s)[N], 
     }
 }"""
 
-CLUSTER_ROW = """    const long long row0 = (long long)(blockIdx.x / SPLIT) * ROWS_PER_BLOCK;  // a whole cluster per row group
-    const int nrows = (int)min((long long)ROWS_PER_BLOCK, rows - row0);
-    const long long o = row0 * cols;
+CLUSTER_ROW = """    const int row0 = (int)(blockIdx.x / SPLIT) * ROWS_PER_BLOCK;  // a whole cluster per row group
+    const int nrows = min(ROWS_PER_BLOCK, rows - row0);
+    const long long o = (long long)row0 * cols;
     if (aligned) {
         asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");  // waited on before the first remote store
         const int slice = (cols + SPLIT * VEC - 1) / (SPLIT * VEC) * VEC;
         const int c0 = min(cols, (int)cluster_rank() * slice);
-        row_norm<VEC>(x + o + c0, w + c0, res + o + c0, out + o + c0, min(slice, cols - c0), cols, nrows, eps, red, srow);
+        if (FULL_FIT && cols == COLS_MAX) row_norm<VEC, FULL_FIT>(x + o + c0, w + c0, res + o + c0, out + o + c0, slice, cols, nrows, eps, red, srow);
+        else row_norm<VEC, false>(x + o + c0, w + c0, res + o + c0, out + o + c0, min(slice, cols - c0), cols, nrows, eps, red, srow);
     } else if (cluster_rank() == 0) {  // no shared memory of another block
         for (int i = 0; i < nrows; ++i) row_norm_scalar(x + o + (long long)i * cols, w, res + o + (long long)i * cols, out + o + (long long)i * cols, cols, eps, red);
     }"""
