@@ -5,8 +5,9 @@ The same server as ``streamlit run app.py`` (in this process, from any directory
 the app's code until the first browser session connects, so without this the first page opened
 after a start pays every first import (pandas, Plotly's figure classes, DuckDB, scikit-learn: about
 1.5 s of CPU, benchmarks/MONITOR_RESULTS.md); here they are done a couple of seconds after the
-start, and the server says so on stderr ("warm-up finished"). ``scripts/dashboard.sh`` starts the
-dashboard this way.
+start, and the server says so on stderr ("warm-up finished"). Its front end also starts loading
+Plotly on the chart pages as soon as they open (:mod:`dashboard.static_preload`).
+``scripts/dashboard.sh`` starts the dashboard this way.
 """
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(APP.parent))  # `core`, `store`, `dashboard` from any cwd, as app.py does
     from streamlit.web import cli
 
+    from dashboard import static_preload
+    from dashboard.settings import runs_dir
+
+    static_preload.install(runs_dir() / ".cache" / "streamlit")
     threading.Thread(target=_warm_when_served, name="warm-up", daemon=True).start()
     sys.argv = ["streamlit", "run", str(APP), *(sys.argv[1:] if argv is None else argv)]
     return cli.main()

@@ -1095,6 +1095,10 @@ def test_dashboard_serve_starts_streamlit_and_warms_up_at_start(tmp_path):
         assert "warm-up finished" in log.read_text(), log.read_text()
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).read() == b"ok"
         assert "No runtime found" not in log.read_text()
+        # the front end served with Plotly's chunk imported early on chart pages (dashboard.static_preload)
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/monitor", timeout=5).read().decode()
+        chunk = re.search(r'import\("\./(static/js/PlotlyChart\.[\w-]+\.js)"\)', page).group(1)
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/{chunk}", timeout=5).status == 200
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)

@@ -1,0 +1,91 @@
+"""Streamlit's front end, with Plotly's chunk imported as soon as a chart page opens.
+
+Streamlit loads its 4.7 MB Plotly chunk lazily, when the first chart's delta arrives, about 0.9 s
+after a new tab navigates; evaluating it then takes about 0.8 s of the browser's main thread before
+the first chart can draw (benchmarks/MONITOR_RESULTS.md). An element of the page cannot start it
+sooner: the page's deltas arrive together. So ``python -m dashboard.serve`` serves Streamlit's own
+``index.html`` with one more module script, after Streamlit's entry module, that imports the same
+chunk (the same URL, so the browser evaluates it once) while the app is still connecting, on the
+pages that draw charts only.
+
+The rest of Streamlit's static folder is served as installed, through symbolic links (Streamlit's
+static handler follows them), from a folder under the runs folder's cache named by the content it
+holds. If a Streamlit release names the chunk differently, or the cache cannot be written, Streamlit
+is served unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+# The url paths (dashboard.nav.PAGES) of the pages that draw Plotly charts.
+PLOTLY_PAGES = ("monitor", "individuals", "benchmark", "runs")
+_CHUNK = re.compile(r"PlotlyChart\.[A-Za-z0-9_-]+\.js")
+_MARK = "abebot-plotly-preload"
+
+
+def plotly_chunk(static_dir: Path) -> str | None:
+    """The file name of Streamlit's Plotly chunk in its static folder; None unless exactly one."""
+    names = [p.name for p in (static_dir / "static" / "js").glob("PlotlyChart.*.js") if _CHUNK.fullmatch(p.name)]
+    return names[0] if len(names) == 1 else None
+
+
+def patched_index(html: str, chunk: str, pages: tuple[str, ...] = PLOTLY_PAGES) -> str:
+    """``index.html`` with a module script, last in ``<head>``, that imports ``chunk`` when the URL's
+    last path segment is one of ``pages``. Relative URLs, as Streamlit's own, so a base URL path works."""
+    if _MARK in html or "</head>" not in html:
+        return html
+    script = (f'    <script type="module" id="{_MARK}">\n'
+              f'      if ({json.dumps(list(pages))}.includes(location.pathname.split("/").filter(Boolean).pop()))\n'
+              f'        import("./static/js/{chunk}");\n'
+              '    </script>\n')
+    return html.replace("</head>", script + "  </head>", 1)
+
+
+def preloading_static_dir(static_dir: Path, cache: Path) -> Path | None:
+    """A folder in ``cache`` that mirrors ``static_dir`` (links) with the patched ``index.html``, made
+    once per content; None when the chunk or the index is not where this module expects them."""
+    index = static_dir / "index.html"
+    chunk = plotly_chunk(static_dir)
+    if chunk is None or not index.is_file():
+        return None
+    html = index.read_text(encoding="utf-8")
+    patched = patched_index(html, chunk)
+    if patched == html:
+        return None
+    key = hashlib.sha256(f"{static_dir.resolve()}\0{patched}".encode()).hexdigest()[:16]
+    target = cache / key
+    if (target / "index.html").is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=cache))  # renamed whole: never seen half made
+    try:
+        for entry in static_dir.iterdir():
+            if entry.name != "index.html":
+                (tmp / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+        (tmp / "index.html").write_text(patched, encoding="utf-8")
+        tmp.rename(target)
+    except OSError:
+        if not (target / "index.html").is_file():  # not another server's folder, made meanwhile
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def install(cache: Path) -> Path | None:
+    """Make this process's Streamlit server (not started yet) serve the preloading static folder,
+    kept in ``cache``; returns it, or None when Streamlit is served as installed."""
+    from streamlit import file_util
+
+    try:
+        served = preloading_static_dir(Path(file_util.get_static_dir()), cache)
+    except OSError:
+        return None
+    if served is not None:
+        file_util.get_static_dir = lambda: str(served)
+    return served
