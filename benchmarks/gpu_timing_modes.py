@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Kernels and baselines timed two ways side by side, to see what the protocol's graph timing credits
+to a kernel (written for the 16-row RMSNorm of session 12, where kernels with streaming cache hints
+timed below an empty launch).
+
+- ``protocol``: as the GA times a candidate (``Protocol._time``): a graph of 20 launches, each after
+  its preparation (outputs poisoned, inputs permuted), less a graph of the preparations alone.
+- ``launches``: the same 20 preparations replayed first, untimed, then a graph of the 20 launches
+  alone, timed with events around its replay: no preparation is timed, so nothing a kernel does to
+  the next preparation's cost is booked to it. The inputs are as warm as the preparations leave
+  them.
+- ``launches_cold``: the same with the L2 flushed between the preparations and the launches.
+
+Rounds interleave the kernels in a shuffled order. Real kernels are checked after every timing (the
+last launch on every case against its permuted reference), as in the GA. Usage (on a GPU):
+
+    python3 benchmarks/gpu_timing_modes.py rmsnorm '{"rows":16,"residual":true}' GENOME_JSON [...] --rounds 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.backends.torch_runtime import GRAPH_CALLS  # noqa: E402
+from core.evaluation.checks import LaunchChecks  # noqa: E402
+from core.evaluation.protocol import Protocol  # noqa: E402
+from core.workloads import get_workload  # noqa: E402
+
+MODES = ("protocol", "launches", "launches_cold")
+REPS = 50  # replays of the launch graph per timing
+
+
+def launches_only(proto: Protocol, launch, cases: list, checks: LaunchChecks, cold: bool) -> float:
+    """Seconds per launch of a graph of launches on cases prepared (untimed) before each replay."""
+    import torch
+
+    calls = min(GRAPH_CALLS, len(cases))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up on the capture stream, as torch asks
+        for i in range(calls):
+            checks.before(i)
+            launch(cases[i])
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    prep, run = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(prep):
+        for i in range(calls):
+            checks.before(i)
+    with torch.cuda.graph(run):
+        for i in range(calls):
+            launch(cases[i])
+    pairs = []
+    for _ in range(REPS):
+        prep.replay()
+        if cold:
+            proto.runtime.flush_cache()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        run.replay()
+        e.record()
+        pairs.append((s, e))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in pairs) * 1e-3 / calls
+
+
+def time_one(proto: Protocol, mode: str, launch, checked: bool, rng: random.Random) -> float:
+    """Microseconds per launch of ``launch`` (a callable on a case) timed by ``mode``."""
+    cases = proto._timing_cases(rng)
+    checks = LaunchChecks(proto.harness, cases, rng.getrandbits(31), check=checked)
+    if mode == "protocol":
+        seconds = statistics.median(proto._time(launch, cases, checks))
+    else:
+        seconds = launches_only(proto, launch, cases, checks, cold=mode == "launches_cold")
+    if checked and not (verdict := checks.verify()).ok:
+        raise SystemExit(f"a kernel failed its timed launches ({mode}): {verdict.cause} {verdict.detail}")
+    proto.runtime.forget()
+    return seconds * 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("workload")
+    ap.add_argument("problem", help="problem JSON, over the workload's defaults")
+    ap.add_argument("genomes", nargs="+", help="genome JSON, one per kernel")
+    ap.add_argument("--baselines", default="", help="comma-separated baseline names (default: all)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--backend", default="cuda")
+    args = ap.parse_args()
+    problem = get_workload(args.workload).validate_problem(json.loads(args.problem), args.backend)
+    proto = Protocol({"backend": args.backend, "device": 0, "workload": args.workload, "problem": problem})
+    h, space = proto.harness, proto.template.gene_space()
+    subjects: dict[str, tuple] = {}  # label -> (launch on a case, checked)
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, text in enumerate(args.genomes):
+            g = space.canonical(space.from_json(text))
+            kernel = proto.runtime.load(proto.backend.compile(proto.template.render(g), Path(tmp)))
+            subjects[f"genome {n + 1}"] = ((lambda c, k=kernel: h.launch(k, c)), True)
+            print(f"genome {n + 1}: {g.to_json()}", flush=True)
+        wanted = [b for b in args.baselines.split(",") if b]
+        for name, fn in h.baselines().items():
+            if not wanted or name in wanted:
+                fn(h.make_case(proto.main, 0))  # compiled (torch.compile) before any timing
+                subjects[name] = (fn, False)
+        proto.runtime.synchronize()
+        keys = [(label, mode) for label in subjects for mode in MODES]
+        times: dict[tuple, list[float]] = {k: [] for k in keys}
+        for r in range(args.rounds):
+            rng = random.Random(r)
+            for label, mode in rng.sample(keys, len(keys)):
+                times[(label, mode)].append(time_one(proto, mode, *subjects[label], rng))
+            print(f"round {r + 1}/{args.rounds} done", flush=True)
+    print(f"\n{args.workload} {args.problem}: medians of {args.rounds} rounds, us per launch (spread = slowest - fastest round)")
+    print(f"{'kernel':28s}" + "".join(f"{m:>24s}" for m in MODES))
+    for label in subjects:
+        cells = [times[(label, m)] for m in MODES]
+        print(f"{label:28s}" + "".join(f"{statistics.median(v):14.2f} ± {max(v) - min(v):5.2f}  " for v in cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
