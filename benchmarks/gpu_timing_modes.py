@@ -72,9 +72,13 @@ def launches_only(proto: Protocol, launch, cases: list, checks: LaunchChecks, co
     return statistics.median(s.elapsed_time(e) for s, e in pairs) * 1e-3 / calls
 
 
-def time_one(proto: Protocol, mode: str, launch, checked: bool, rng: random.Random) -> float:
-    """Microseconds per launch of ``launch`` (a callable on a case) timed by ``mode``."""
+def time_one(proto: Protocol, mode: str, launch, kernel, rng: random.Random) -> float:
+    """Microseconds per launch of ``launch`` (a callable on a case) timed by ``mode``; ``kernel`` (None
+    for a baseline) is bound to every case first and checked, as ``Protocol._benchmark`` does."""
     cases = proto._timing_cases(rng)
+    checked = kernel is not None
+    for c in cases if checked else ():
+        proto.harness.prepare(kernel, c)
     checks = LaunchChecks(proto.harness, cases, rng.getrandbits(31), check=checked)
     if mode == "protocol":
         seconds = statistics.median(proto._time(launch, cases, checks))
@@ -98,18 +102,18 @@ def main() -> int:
     problem = get_workload(args.workload).validate_problem(json.loads(args.problem), args.backend)
     proto = Protocol({"backend": args.backend, "device": 0, "workload": args.workload, "problem": problem})
     h, space = proto.harness, proto.template.gene_space()
-    subjects: dict[str, tuple] = {}  # label -> (launch on a case, checked)
+    subjects: dict[str, tuple] = {}  # label -> (launch on a case, kernel or None for a baseline)
     with tempfile.TemporaryDirectory() as tmp:
         for n, text in enumerate(args.genomes):
             g = space.canonical(space.from_json(text))
             kernel = proto.runtime.load(proto.backend.compile(proto.template.render(g), Path(tmp)))
-            subjects[f"genome {n + 1}"] = ((lambda c, k=kernel: h.launch(k, c)), True)
+            subjects[f"genome {n + 1}"] = ((lambda c, k=kernel: h.launch(k, c)), kernel)
             print(f"genome {n + 1}: {g.to_json()}", flush=True)
         wanted = [b for b in args.baselines.split(",") if b]
         for name, fn in h.baselines().items():
             if not wanted or name in wanted:
                 fn(h.make_case(proto.main, 0))  # compiled (torch.compile) before any timing
-                subjects[name] = (fn, False)
+                subjects[name] = (fn, None)
         proto.runtime.synchronize()
         keys = [(label, mode) for label in subjects for mode in MODES]
         times: dict[tuple, list[float]] = {k: [] for k in keys}
