@@ -3,8 +3,9 @@
 a champion's time any kernel of its launch shape pays, how much the data it must move costs, and
 how much is the reduction, beside torch.compile, all timed in the same process in interleaved rounds.
 
-Stand-ins (bf16, cols 8192, one 16-byte vector a thread, a block of 1024 threads a row, the
-champion's launch; loads and stores in program order, as the template issues them), timed exactly as
+Stand-ins (bf16, cols 8192, a block of 1024 threads a row with one 16-byte vector a thread, the
+champion's launch, unless named with 512 or 256 threads; loads and stores in program order, as the
+template issues them), timed exactly as
 a candidate is (the protocol's cases, poisoned and permuted before every launch, CUDA graphs where
 events cannot see the launch cost) but not checked, since they truncate instead of rounding:
 
@@ -14,7 +15,8 @@ events cannot see the launch cost) but not checked, since they truncate instead 
 - ``warp_norm``: normalised by each warp's own sum of squares (five shuffles, no barrier);
 - ``block_norm``: by the block's (the warp totals through shared memory and one barrier, then five
   shuffles: the template's ``all_warps``), a real RMSNorm + residual written by hand, with the weight
-  loaded first, after the residual's store, or after the reduction.
+  loaded first, after the residual's store, or after the reduction (and one declaring 4100 bytes
+  of shared memory, as the template's reduction buffer does).
 
 The real kernels are checked on every timed launch, as in the GA. The difference between a real
 kernel and ``add_w`` is what the reduction and its barrier cost; ``add`` against ``empty`` is the
