@@ -121,6 +121,7 @@ class Runtime(ABC):
     """
 
     arrays: Any
+    graph_block: int = 1  # a runtime timing under graphs prepares this many cases before launching on them
 
     @abstractmethod
     def load(self, artifact: Artifact) -> Any:

@@ -23,7 +23,7 @@ from core.evaluation.checks import LaunchChecks
 from core.evaluation.harness import Harness
 from core.evaluation.record import one_line
 from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks
-from core.evaluation.timing import (TIMING_TARGET_S, adaptive_times, median_iqr_us, rotation,
+from core.evaluation.timing import (TIMING_TARGET_S, adaptive_times, graph_block, median_iqr_us, rotation,
                                     timing_case_count)
 
 
@@ -64,6 +64,8 @@ class Protocol:
         self.stability_launches = int(spec.get("stability_launches", 20))
         self.timing_target_s = float(spec.get("timing_target_s", TIMING_TARGET_S))
         self.io_bytes = int(self.workload.io_bytes(self.main, self.problem))
+        self.runtime.graph_block = graph_block(
+            self.io_bytes, self.device, timing_case_count(self.io_bytes, self.device, self.backend.device_kind))
         self.peaks: Peaks | None = None
         self.roofline_us: float | None = None  # at the measured peaks
         self.floor_us: float | None = None  # below this a candidate is suspect

@@ -28,6 +28,15 @@ def timing_case_count(case_bytes: int, device: DeviceInfo, device_kind: str) -> 
     return int(min(cap, max(2, want)))
 
 
+def graph_block(case_bytes: int, device: DeviceInfo, cases: int) -> int:
+    """How many cases a graph timing prepares before launching on them: as many as fit in a quarter
+    of the last-level cache, so each launch still finds its inputs there (at least 1, at most the
+    cases in rotation)."""
+    if not device.l2_bytes:
+        return 1
+    return int(max(1, min(cases, device.l2_bytes // (4 * max(1, case_bytes)))))
+
+
 def rotation(launch: Callable[[Any], None], cases: list) -> Callable[[int], None]:
     """``fn(i)`` launching on case ``i`` in rotation: the runtime's ``before(i)``/``after(i)`` prepare
     and check the same case, however the runtime numbers its calls."""
