@@ -3,15 +3,17 @@
 credits to a kernel (written for the 16-row RMSNorm of session 12, where kernels with streaming
 cache hints timed below an empty launch).
 
-- ``b1``: as the GA timed a candidate until session 13: a graph of 20 launches, each right after its
-  preparation (outputs poisoned, inputs permuted), less a graph of the preparations alone.
-- ``auto``: the protocol now (``timing.graph_block``): blocks of preparations, each followed by its
-  launches, as many cases a block as fit in a quarter of the L2, less the same preparations alone.
-- ``b20``: one block of all 20 (or all the cases, if fewer).
-- ``launches``: the same 20 preparations replayed first, untimed, then a graph of the 20 launches
-  alone, timed with events around its replay: no preparation is timed, so nothing a kernel does to
-  the next preparation's cost is booked to it, but the graph's own launch is. The inputs are as warm
-  as the preparations leave them.
+- ``b1``: as the GA timed a candidate until session 13 (``time_graph``): a graph of 20 launches,
+  each right after its preparation (outputs poisoned, inputs permuted), less a graph of the
+  preparations alone.
+- ``auto``: the protocol now (``replay_chain``, where ``timing.graph_block`` allows): the
+  preparations of as many cases as fit in a quarter of the L2 replayed untimed, then a graph of
+  launches on them, less a graph of the first launch alone (prepared the same way), per further
+  launch. (Call 49 ran this script with blocks of (preparations, launches) less the preparations
+  instead, and with ``b20``, one block of all 20.)
+- ``launches``: the preparations of 20 cases (or all, if fewer) replayed first, untimed, then a
+  graph of the launches alone, timed with events around its replay: no preparation is timed, but
+  the graph's own launch is, and at 64 rows the 20 cases overflow the L2.
 
 Subjects: the genomes, the baselines, and empty kernels (``--empty 256,512``: the stand-in of
 ``gpu_rmsnorm_floor.py`` that returns at once, one block of that many threads a row), which bound
@@ -40,7 +42,7 @@ from core.evaluation.protocol import Protocol  # noqa: E402
 from core.workloads import get_workload  # noqa: E402
 from gpu_rmsnorm_floor import stand_in  # noqa: E402
 
-MODES = ("b1", "auto", "b20", "launches")
+MODES = ("b1", "auto", "launches")
 REPS = 50  # replays of the launch graph per timing
 
 
@@ -88,8 +90,7 @@ def time_one(proto: Protocol, mode: str, launch, kernel, checked: bool, rng: ran
     if mode == "launches":
         seconds = launches_only(launch, cases, checks)
     else:
-        blocks = {"b1": 1, "auto": auto_block, "b20": min(GRAPH_CALLS, len(cases))}
-        proto.runtime.graph_block = blocks[mode]
+        proto.runtime.graph_block = 1 if mode == "b1" else auto_block
         seconds = statistics.median(proto._time(launch, cases, checks))
         proto.runtime.graph_block = auto_block
     if checked and not (verdict := checks.verify()).ok:

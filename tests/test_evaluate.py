@@ -12,7 +12,6 @@ their own, without a compiler.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import random
 
 import pytest
@@ -23,7 +22,6 @@ from core.config import RunConfig
 from core.evaluation.evaluator import Evaluator
 from core.evaluation.record import STATUSES, Evaluation
 from core.evaluation.sandbox import Sandbox
-from core.backends.torch_runtime import graph_order
 from core.evaluation.timing import graph_block, timing_case_count
 
 C_UNAVAILABLE = availability("c")
@@ -200,25 +198,13 @@ def test_timing_rotates_enough_cases_to_leave_the_last_level_cache():
 
 
 
-def test_graph_timing_prepares_a_block_of_distinct_cases_that_fits_in_the_cache_before_launching():
+def test_graph_timing_chains_launches_on_distinct_cases_that_fit_in_the_cache():
     gpu = DeviceInfo("cuda", 0, "gpu", 1 << 37, 132, l2_bytes=60 << 20)
-    assert graph_block(65536, gpu, timing_case_count(65536, gpu, "gpu")) == 240  # one row: every launch's block
+    assert graph_block(65536, gpu, timing_case_count(65536, gpu, "gpu")) == 240  # one row: a chain of every launch
     assert graph_block(3 << 20, gpu, timing_case_count(3 << 20, gpu, "gpu")) == 5  # a quarter of the L2
     assert graph_block(1 << 30, gpu, 2) == 1  # a case bigger than the cache: one preparation per launch, as before
     assert graph_block(1 << 10, gpu, 3) == 3  # never more than the cases in rotation
     assert graph_block(1 << 10, DeviceInfo("c", 0, "cpu", 0, 1), 4) == 1  # no cache size known
-    # the order captured: preparations of a block, then its launches, blocks as even as the calls allow
-    assert graph_order(5, 1) == [(False, 0), (True, 0), (False, 1), (True, 1), (False, 2), (True, 2),
-                                 (False, 3), (True, 3), (False, 4), (True, 4)]
-    assert graph_order(5, 3) == [(False, 0), (False, 1), (False, 2), (True, 0), (True, 1), (True, 2),
-                                 (False, 3), (False, 4), (True, 3), (True, 4)]
-    for calls, block in [(20, 19), (20, 4), (20, 240), (7, 2)]:
-        order = graph_order(calls, block)
-        assert sorted(order) == [(launch, i) for launch in (False, True) for i in range(calls)]
-        runs = [list(g) for _, g in itertools.groupby(order, key=lambda node: node[0])]
-        preps, launches = runs[0::2], runs[1::2]
-        assert [[i for _, i in r] for r in preps] == [[i for _, i in r] for r in launches]  # each block's own cases
-        assert max(map(len, preps)) <= block and max(map(len, preps)) - min(map(len, preps)) <= 1
 
 
 class EchoServer:

@@ -33,7 +33,7 @@ class TorchCudaRuntime(Runtime):
         self._flush_buf = None
         self.last_timing = "events"  # "events" or "graph": how the last ``time`` call measured
         self._captured: tuple | None = None  # (fn, before, graph_block, graphs) of the last graph timing
-        self.graph_block = 1  # preparations a graph queues before their launches (see capture_graphs)
+        self.graph_block = 1  # cases a chain timing prepares and launches on (see replay_chain); 1: time_graph
 
     def synchronize(self) -> None:
         """cudaDeviceSynchronize; a failed launch (illegal address, trap) raises here."""
@@ -52,9 +52,10 @@ class TorchCudaRuntime(Runtime):
              before: Callable[[int], None] | None = None, after: Callable[[int], None] | None = None,
              method: str | None = None) -> list[float]:
         """Seconds per call: CUDA events around each call, with ``before``/``after`` and an L2 flush
-        outside the events; when a call is shorter than :data:`GRAPH_BELOW_S`, also the replay time
-        of a graph of :data:`GRAPH_CALLS` prepared calls minus that of the preparation alone,
-        divided by their number, and the faster of the two (by median) is returned. The same rule
+        outside the events; when a call is shorter than :data:`GRAPH_BELOW_S`, also under graphs:
+        a chain of launches on ``graph_block`` prepared cases (:func:`replay_chain`), or where
+        ``graph_block`` is 1, a graph of :data:`GRAPH_CALLS` prepared calls less the preparations
+        alone (:func:`time_graph`); the faster of the two (by median) is returned. The same rule
         holds for kernels and baselines: graphs remove Python launch cost that per-call events would
         count, while cuBLAS picked slower kernels under capture on the H200 (4096^3 bf16: 171 us by
         events, 195 us in a graph), so neither method alone is fair to every callable. Under a graph
@@ -101,13 +102,17 @@ class TorchCudaRuntime(Runtime):
         self._captured = None
 
     def _time_graph(self, fn: Callable[[int], None], reps: int, before: Callable[[int], None]) -> list[float]:
-        """:func:`time_graph`, its graphs captured once for the same ``fn`` and ``before``: the later
-        chunks of one measurement only replay them."""
+        """:func:`replay_chain` over ``graph_block`` cases (at least 2), else :func:`time_graph`, the
+        graphs captured once for the same ``fn`` and ``before``: the later chunks of one measurement
+        only replay them."""
         held = self._captured
         if held is None or held[:3] != (fn, before, self.graph_block):
             self._captured = None  # release the previous measurement's graphs before capturing
-            held = self._captured = (fn, before, self.graph_block, capture_graphs(fn, before, block=self.graph_block))
-        return replay_graphs(*held[3], reps)
+            calls = min(GRAPH_CALLS, self.graph_block)
+            graphs = capture_chain(fn, before, calls) if calls >= 2 else capture_graphs(fn, before)
+            held = self._captured = (fn, before, self.graph_block, graphs)
+        graphs = held[3]
+        return replay_chain(*graphs, reps) if len(graphs) == 4 else replay_graphs(*graphs, reps)
 
 
 def end_failed_capture() -> None:
@@ -153,58 +158,33 @@ def time_events(fn: Callable[[int], None], reps: int, start: int = 0, before: Ca
 
 
 def time_graph(fn: Callable[[int], None], reps: int, calls: int = GRAPH_CALLS,
-               before: Callable[[int], None] = _nothing, block: int = 1) -> list[float]:
+               before: Callable[[int], None] = _nothing) -> list[float]:
     """Per-call device time (s) of ``calls`` prepared launches captured in one CUDA graph, replayed
     ``reps`` times, less the replay time of a graph of the preparations (``before``) alone."""
-    return replay_graphs(*capture_graphs(fn, before, calls, block), reps)
+    return replay_graphs(*capture_graphs(fn, before, calls), reps)
 
 
-def graph_order(calls: int, block: int = 1) -> list[tuple[bool, int]]:
-    """The full graph's nodes as (is a launch, call index): blocks of at most ``block`` preparations
-    (as even as ``calls`` allows), each followed by its launches.
-
-    Why blocks: the timing is the full graph less the graph of the preparations alone, so whatever a
-    launch changes in the cost of the preparation right after it is booked to the launch. On the
-    H200 (session 13, call 48) RMSNorm kernels with streaming cache hints (``.cs``) timed 1.0 us at
-    16 rows by one preparation per launch, and the same genome with plain hints 2.05 us, against
-    2.32 and 2.33 us when no preparation was timed at all. A block only pays that once per
-    ``block`` launches. Its launches run on distinct cases (an in-place kernel must not find its
-    case already launched on), so ``block`` must not exceed the cases in rotation."""
-    size = -(-calls // -(-calls // max(1, block)))  # ceil(calls / the number of blocks)
-    order: list[tuple[bool, int]] = []
-    for start in range(0, calls, size):
-        ids = range(start, min(calls, start + size))
-        order += [(False, i) for i in ids] + [(True, i) for i in ids]
-    return order
-
-
-def capture_graphs(fn: Callable[[int], None], before: Callable[[int], None] = _nothing, calls: int = GRAPH_CALLS,
-                   block: int = 1):
-    """(preparation graph, full graph, calls): ``before(i)`` alone, and ``before(i)`` with ``fn(i)``
-    in the order of :func:`graph_order`, for ``i < calls``; ``before(i)`` must prepare the same work
-    in both (the subtraction assumes it)."""
+def capture_graphs(fn: Callable[[int], None], before: Callable[[int], None] = _nothing, calls: int = GRAPH_CALLS):
+    """(preparation graph, full graph, calls): ``before(i)`` alone, and ``before(i); fn(i)``, for
+    ``i < calls``; ``before(i)`` must prepare the same work in both (the subtraction assumes it)."""
     import torch
-
-    order = graph_order(calls, block)
-
-    def play(launches: bool) -> None:
-        for is_launch, i in order:
-            if not is_launch:
-                before(i)
-            elif launches:
-                fn(i)
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm-up on the capture stream, as torch asks
-        play(True)
+        for i in range(calls):
+            before(i)
+            fn(i)
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     prep, full = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
     with torch.cuda.graph(prep):
-        play(False)
+        for i in range(calls):
+            before(i)
     with torch.cuda.graph(full):  # captured last: the harness's record of each case is this graph's
-        play(True)
+        for i in range(calls):
+            before(i)
+            fn(i)
     return prep, full, calls
 
 
@@ -231,6 +211,61 @@ def _replay(graph, reps: int) -> list[float]:
         pairs.append((s, e))
     torch.cuda.synchronize()
     return [s.elapsed_time(e) * 1e-3 for s, e in pairs]
+
+
+def capture_chain(fn: Callable[[int], None], before: Callable[[int], None], calls: int):
+    """(preparation graph, one launch, chain of launches, calls): ``before(i)`` for ``i < calls``,
+    ``fn(0)`` alone, and ``fn(i)`` for ``i < calls``, each its own graph (see :func:`replay_chain`).
+    The calls must be on distinct cases: an in-place kernel must not find its case launched on."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up on the capture stream, as torch asks
+        for i in range(calls):
+            before(i)
+            fn(i)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    prep, one, chain = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(prep):  # the harness's record of each case is this graph's preparation
+        for i in range(calls):
+            before(i)
+    with torch.cuda.graph(one):
+        fn(0)
+    with torch.cuda.graph(chain):
+        for i in range(calls):
+            fn(i)
+    return prep, one, chain, calls
+
+
+def replay_chain(prep, one, chain, calls: int, reps: int) -> list[float]:
+    """Per-call seconds of a chain of ``calls`` launches, no preparation timed: each sample is the
+    replay of the chain less that of its first launch alone, over ``calls - 1``, both timed with
+    events right after an untimed replay of the preparations (so the inputs are as warm as they
+    leave them). The difference cancels what launching a graph costs and keeps what each further
+    launch adds, as in a model's own graph.
+
+    Why not a graph of (preparation, launch) pairs less one of the preparations, as
+    :func:`time_graph` does: a launch changes what the preparation after it costs, and that was
+    booked to the launch. On the H200 (session 13, calls 48-49) an RMSNorm with streaming cache
+    hints (``.cs``) timed 0.75-1.04 us at 16 rows that way, plain hints 1.99-2.05 us, and an empty
+    kernel 0.5-0.8 us +- 0.5, against 2.30, 2.33 and 0.90 us with no preparation timed."""
+    import torch
+
+    def timed(graph):
+        prep.replay()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        graph.replay()
+        e.record()
+        return s, e
+
+    timed(one), timed(chain)  # warm replays
+    torch.cuda.synchronize()
+    pairs = [(timed(one), timed(chain)) for _ in range(reps)]  # the chain last: its outputs are left behind
+    torch.cuda.synchronize()
+    return [max(c[0].elapsed_time(c[1]) - o[0].elapsed_time(o[1]), 0.0) * 1e-3 / (calls - 1) for o, c in pairs]
 
 
 def current_stream_ptr() -> int:

@@ -29,9 +29,9 @@ def timing_case_count(case_bytes: int, device: DeviceInfo, device_kind: str) -> 
 
 
 def graph_block(case_bytes: int, device: DeviceInfo, cases: int) -> int:
-    """How many cases a graph timing prepares before launching on them: as many as fit in a quarter
-    of the last-level cache, so each launch still finds its inputs there (at least 1, at most the
-    cases in rotation)."""
+    """How many cases a graph timing prepares before a chain of launches on them (``replay_chain`` in
+    the torch runtime; 1: one preparation before each launch): as many as fit in a quarter of the
+    last-level cache, so each launch still finds its inputs there, and at most the cases in rotation."""
     if not device.l2_bytes:
         return 1
     return int(max(1, min(cases, device.l2_bytes // (4 * max(1, case_bytes)))))
