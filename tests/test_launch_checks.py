@@ -115,13 +115,15 @@ def _cuda() -> bool:
 
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU (run on the device)")
 @pytest.mark.parametrize("kernel,ok", [(honest, True), (skip_when_written, False)])
-def test_graph_timed_chunks_on_the_gpu_are_checked(kernel, ok):
+@pytest.mark.parametrize("block", [1, 3])  # (preparation, launch) pairs; a chain of launches on 3 prepared cases
+def test_graph_timed_chunks_on_the_gpu_are_checked(kernel, ok, block):
     """Timed as a measurement in graph mode is (a pilot, then chunks that replay the graphs captured
     by the first): an honest kernel verifies -- the record of each case's last permutation follows
     the graphs -- and a cheat does not (it cannot be captured, and falls back to checked events)."""
     from core.backends.cuda import CudaRuntime  # the shared CUDA runtime with a loader (the base is abstract)
 
     runtime = CudaRuntime(0)
+    runtime.graph_block = block
     workload = get_workload("gemm")
     harness = Harness(workload, _Template(), runtime, PROBLEM)
     cases = [harness.make_case(workload.shapes(PROBLEM)[0], s) for s in (1, 2, 3)]
