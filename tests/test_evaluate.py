@@ -22,6 +22,7 @@ from core.config import RunConfig
 from core.evaluation.evaluator import Evaluator
 from core.evaluation.record import STATUSES, Evaluation
 from core.evaluation.sandbox import Sandbox
+from core.evaluation.rooflines import ALLOWANCE, LAUNCH_SHARE, suspect_floor_us
 from core.evaluation.timing import graph_block, timing_case_count
 
 C_UNAVAILABLE = availability("c")
@@ -99,6 +100,7 @@ def test_baselines_are_timed_and_verified_on_the_main_shape(evaluator):
     # Measured peaks give a roofline on the CPU too; the suspect floor never sits above a verified library path.
     assert b["roofline_us"] > 0 and b["peaks"]["flops_per_s"] > 0 and b["peaks"]["bandwidth_bytes_per_s"] > 0
     assert b["floor_us"] <= b["roofline_us"] and b["floor_us"] <= b["time_us"]
+    assert b["launch_us"] is None  # a C call has no launch of its own to bound the floor
     assert b["device"]["backend"] == "c"
     assert all(entry["verified"] for entry in b["baselines"].values())
 
@@ -205,6 +207,27 @@ def test_graph_timing_chains_launches_on_distinct_cases_that_fit_in_the_cache():
     assert graph_block(1 << 30, gpu, 2) == 1  # a case bigger than the cache: one preparation per launch, as before
     assert graph_block(1 << 10, gpu, 3) == 3  # never more than the cases in rotation
     assert graph_block(1 << 10, DeviceInfo("c", 0, "cpu", 0, 1), 4) == 1  # no cache size known
+
+
+
+def test_the_suspect_floor_is_the_higher_of_the_roofline_and_half_a_launch_never_above_a_library_path():
+    assert suspect_floor_us(10.0, None, float("inf")) == 10.0 / ALLOWANCE
+    assert suspect_floor_us(0.28, 0.75, float("inf")) == LAUNCH_SHARE * 0.75  # decode sizes: the launch bounds
+    assert suspect_floor_us(0.28, 0.75, 0.3) == 0.3  # a verified baseline faster than that: it is physical
+    assert suspect_floor_us(100.0, 0.75, float("inf")) == 100.0 / ALLOWANCE  # big kernels: the roofline bounds
+    # the 16-row kernel a timing defect gave 0.27 us (session 12) is suspect against a 0.75 us launch
+    assert 0.27 < suspect_floor_us(0.28, 0.75, 2.76 / ALLOWANCE)
+
+
+@pytest.mark.skipif(availability("cuda") is not None, reason="needs a CUDA GPU (run on the device)")
+def test_on_the_gpu_an_empty_launch_is_timed_and_bounds_the_floor():
+    from core.evaluation.protocol import Protocol
+    from core.workloads import get_workload
+
+    problem = get_workload("rmsnorm").validate_problem({"rows": 16, "residual": True}, "cuda")
+    b = Protocol({"backend": "cuda", "device": 0, "workload": "rmsnorm", "problem": problem}).baseline(0)
+    assert b["status"] == "ok" and 0.1 < b["launch_us"] < 50
+    assert b["floor_us"] == min(max(b["roofline_us"] / ALLOWANCE, LAUNCH_SHARE * b["launch_us"]), b["time_us"] / ALLOWANCE)
 
 
 class EchoServer:

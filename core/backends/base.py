@@ -144,6 +144,11 @@ class Runtime(ABC):
         ``method`` keeps the later chunks of one measurement on it.
         """
 
+    def empty_launch(self) -> Callable[[int], None] | None:
+        """``fn(i)`` launching the cheapest kernel this runtime can (the launch floor of
+        :mod:`core.evaluation.rooflines`), or None where a launch has no cost of its own to bound."""
+        return None
+
     def flush_cache(self) -> None:
         """Evict the last-level cache between timed launches where inputs do not rotate."""
 

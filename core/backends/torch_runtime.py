@@ -48,6 +48,13 @@ class TorchCudaRuntime(Runtime):
             self._flush_buf = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         self._flush_buf.zero_()
 
+    def empty_launch(self) -> Callable[[int], None]:
+        """One kernel that writes one element (torch's fill)."""
+        import torch
+
+        one = torch.zeros(1, dtype=torch.int32, device=f"cuda:{self.device_index}")
+        return lambda _i: one.zero_()
+
     def time(self, fn: Callable[[int], None], reps: int, warmup: int,
              before: Callable[[int], None] | None = None, after: Callable[[int], None] | None = None,
              method: str | None = None) -> list[float]:

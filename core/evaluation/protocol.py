@@ -22,7 +22,7 @@ from core.backends.base import Artifact, CompileError
 from core.evaluation.checks import LaunchChecks
 from core.evaluation.harness import Harness
 from core.evaluation.record import one_line
-from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks
+from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks, suspect_floor_us
 from core.evaluation.timing import (TIMING_TARGET_S, adaptive_times, graph_block, median_iqr_us, rotation,
                                     timing_case_count)
 
@@ -69,17 +69,23 @@ class Protocol:
         self.peaks: Peaks | None = None
         self.roofline_us: float | None = None  # at the measured peaks
         self.floor_us: float | None = None  # below this a candidate is suspect
+        self.launch_us: float | None = None  # an empty kernel's launch, timed as candidates are (GPU)
         self._floor_cap = float("inf")  # the fastest verified baseline / ALLOWANCE
 
     def _measure_floor(self) -> None:
-        """Measure the device's peaks once and set the main shape's roofline and floor."""
+        """Measure the device's peaks (and where the runtime has one, an empty launch) and set the
+        main shape's roofline and floor."""
         dtype = self.problem.get("dtype", "float32")
         cases = timing_case_count(self.io_bytes, self.device, self.backend.device_kind)
         self.peaks = measure_peaks(self.runtime, dtype, self.backend.device_kind, cases * self.io_bytes).best(self.peaks)
         seconds = self.peaks.roofline_s(self.workload.min_bytes(self.main, self.problem),
                                         self.workload.flops(self.main, self.problem))
         self.roofline_us = seconds * 1e6
-        self.floor_us = min(self.roofline_us / ALLOWANCE, self._floor_cap)
+        empty = self.runtime.empty_launch()
+        if empty is not None:  # a busy moment over-measures a launch: the fastest measurement holds
+            launch_s = statistics.median(adaptive_times(self.runtime, empty, self.timing_target_s / 4))
+            self.launch_us = min(self.launch_us or float("inf"), launch_s * 1e6)
+        self.floor_us = suspect_floor_us(self.roofline_us, self.launch_us, self._floor_cap)
 
     def info(self) -> dict:
         return {"device": asdict(self.device), "pid": os.getpid()}
@@ -198,8 +204,9 @@ class Protocol:
             time.sleep(0.05)
             self._measure_floor()
         if result["time_us"] < self.floor_us:
+            launch = f", an empty launch {self.launch_us:.2f} us" if self.launch_us else ""
             raise Failure("suspect", f"{result['time_us']:.2f} us is faster than the physical floor {self.floor_us:.2f} us "
-                                     f"(roofline {self.roofline_us:.2f} us at the measured peaks / {ALLOWANCE}): "
+                                     f"(roofline {self.roofline_us:.2f} us at the measured peaks / {ALLOWANCE}{launch}): "
                                      "the kernel skips work or the timing does not measure it")
 
     def _stability(self, kernel: Any, rng: random.Random, result: dict) -> Any:
@@ -266,7 +273,8 @@ class Protocol:
         self.floor_us = min(self.floor_us, self._floor_cap)
         return {"status": "ok", "device": asdict(self.device), "slot": self.slot, "primary": primary, "time_us": p["time_us"],
                 "spread_us": p["spread_us"], "memory_bytes": p["memory_bytes"], "baselines": entries,
-                "roofline_us": self.roofline_us, "floor_us": self.floor_us, "peaks": self.peaks.as_dict(),
+                "roofline_us": self.roofline_us, "floor_us": self.floor_us, "launch_us": self.launch_us,
+                "peaks": self.peaks.as_dict(),
                 "io_bytes": self.io_bytes,
                 "flops": float(self.workload.flops(self.main, self.problem)), "shape": dict(self.main),
                 "timing": "median of adaptive repetitions, spread = interquartile range; before every timed launch "

@@ -7,6 +7,12 @@ operations cannot take less than ``max(B / bandwidth, F / flops)``: the roofline
 are a little below the true ones (a library copy or matmul is not perfect), so a kernel is
 ``suspect`` only when it beats the roofline by more than :data:`ALLOWANCE`; and since a verified
 library baseline is physical by definition, a floor is never set above the fastest baseline.
+
+Where the runtime can launch an empty kernel (the GPU runtimes), a launch is physical too: no kernel
+is faster than launching one, timed the same way, so the floor is also at least
+:data:`LAUNCH_SHARE` of that. At decode sizes the roofline is far below a launch (RMSNorm at 16
+rows: 0.28 us against 0.75 us), and a timing defect once gave a 16-row kernel 0.27 us while the
+roofline floor let it through (``benchmarks/DECODE_H200.md``, sessions 12 and 13).
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ALLOWANCE = 1.25  # a kernel may beat the measured-peak roofline by this factor before it is suspect
+LAUNCH_SHARE = 0.5  # a kernel may take this share of an empty launch's time before it is suspect
 SIZES = {"cpu": {"copy_elements": 1 << 24, "matmul": (256, 512)},
          "gpu": {"copy_elements": 1 << 28, "matmul": (4096, 8192)}}
 
@@ -41,6 +48,16 @@ class Peaks:
 
     def as_dict(self) -> dict:
         return {"bandwidth_bytes_per_s": self.bandwidth, "flops_per_s": self.flops, "dtype": self.dtype}
+
+
+def suspect_floor_us(roofline_us: float, launch_us: float | None, cap_us: float) -> float:
+    """Below this a time is ``suspect``: the roofline over :data:`ALLOWANCE`, or :data:`LAUNCH_SHARE`
+    of an empty launch where one was timed, whichever is higher, and never above ``cap_us`` (the
+    fastest verified baseline over :data:`ALLOWANCE`)."""
+    floor = roofline_us / ALLOWANCE
+    if launch_us:
+        floor = max(floor, LAUNCH_SHARE * launch_us)
+    return min(floor, cap_us)
 
 
 def measure_peaks(runtime: Any, dtype: str, device_kind: str, working_set_bytes: int) -> Peaks:
