@@ -109,6 +109,8 @@ st.dataframe(
     })
 roof = (f"roofline {data.fmt_time_us(base.get('roofline_us'))} (the fastest any kernel could be, from FLOPs and bytes)"
         if base.get("roofline_us") else f"no roofline: {B.roofline_reason(base)}")
-st.caption(f"FLOPs per call {base.get('flops') or 0:,.0f} · bytes in + out {data.fmt_bytes(base.get('io_bytes'))} · {roof}.")
+launch = (f" · an empty kernel's launch {base['launch_us']:.2f} µs, timed the same way (no kernel is faster; "
+          "below half of it a time is suspect)" if base.get("launch_us") else "")
+st.caption(f"FLOPs per call {base.get('flops') or 0:,.0f} · bytes in + out {data.fmt_bytes(base.get('io_bytes'))} · {roof}{launch}.")
 if champ and base.get("roofline_us") and champ["time_us"] < base["roofline_us"]:
     st.error("The champion is faster than the roofline: that is a measurement bug, not a breakthrough.")

@@ -583,6 +583,9 @@ def test_benchmark_table_has_no_self_speedup_no_none_and_the_metrics_unit(runs):
     at = app("benchmark")
     assert metric(at, "Of the roofline") == "n/a"
     assert "no roofline:" in texts(at)
+    assert "empty kernel's launch" not in texts(at)  # the CPU has none to time
+    atomic_write_json(runs / run_id / "live" / "baseline.json", {**base, "launch_us": 0.75})  # as a GPU's baseline has
+    assert "an empty kernel's launch 0.75 µs" in texts(app("benchmark"))
 
 
 def test_benchmark_before_any_champion_shows_no_none(runs):
