@@ -365,6 +365,8 @@ def format_report(r: dict) -> str:
         parts.append(f"compute {rf['compute_us']:.2f} us at {rf['flops_per_s'] / 1e9:.1f} GFLOP/s")
     if rf["suspect_below_us"] is not None:
         parts.append(f"suspect below {rf['suspect_below_us']:.2f} us")
+    if rf["empty_launch_us"] is not None:
+        parts.append(f"an empty launch {rf['empty_launch_us']:.2f} us")
     detail = f" ({'; '.join(parts)})" if parts else ""
     if rf["roofline_us"] is None:
         lines.append("roofline: unknown on this device (no measured bandwidth or peak)")

@@ -130,6 +130,9 @@ def test_the_report_gives_the_verdict_every_shape_every_baseline_and_the_rooflin
         assert ",".join(f"{k}={v}" for k, v in shape.items()) in text
     assert "numpy" in text and "speed-up" in text and "median" in text
     assert "% of the compute-bound roofline" in text
+    assert "empty launch" not in text  # a C call has none
+    r["roofline"] = {**r["roofline"], "empty_launch_us": 0.75}  # as a GPU's check reports it
+    assert "an empty launch 0.75 us" in format_report(r)
 
 
 def test_entry_and_launch_flags_replace_the_seeds(gemm):
