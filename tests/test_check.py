@@ -226,15 +226,17 @@ def test_a_kernel_nondeterministic_within_tolerance_is_ok_but_not_fully_stable(g
 
 def test_a_memo_padded_to_just_above_the_memory_floor_is_suspect(gemm_compute_bound):
     checker = gemm_compute_bound
-    roof = rooflines(checker.baseline, checker.min_bytes, checker.flops, None)
-    floor = roof["suspect_below_us"]
-    spin_us = (roof["memory_us"] * floor) ** 0.5  # above a byte-only roofline, well below the suspect floor
     for _ in range(3):
+        roof = rooflines(checker.baseline, checker.min_bytes, checker.flops, None)
+        spin_us = (roof["memory_us"] * roof["suspect_below_us"]) ** 0.5  # above a byte-only roofline, below the floor
         r = cheat(checker, "gemm_padded_to_memory_floor", SPIN_NS=int(spin_us * 1000))
-        # A loaded moment can stretch the cheat to the floor (the protocol then rightly lets it pass, and a
-        # re-measure of the peaks may lower the floor): only a time clearly below the floor is a verdict on us.
-        if r["status"] == "suspect" or r["time_us"] < 0.8 * floor:
+        if r["status"] == "suspect":
             break
+        # Let through: either a loaded moment stretched the cheat to the floor, or the time below the floor
+        # made the sandbox measure its peaks again, found them higher (a loaded moment had under-measured
+        # them: CI once measured 106 GFLOP/s) and lowered its floor under the cheat. Aim below the sandbox's
+        # floor as it is now.
+        checker.baseline = checker.evaluator.remeasure_baselines(every=True)
     assert r["status"] == "suspect", f"{verdict(r)}; {roof}"
     assert r["time_us"] >= roof["memory_us"], verdict(r)
 
