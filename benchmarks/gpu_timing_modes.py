@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.backends.torch_runtime import GRAPH_CALLS  # noqa: E402
+from core.backends.torch_runtime import GRAPH_CALLS, capture_chain  # noqa: E402
 from core.evaluation.checks import LaunchChecks  # noqa: E402
 from core.evaluation.protocol import Protocol  # noqa: E402
 from core.workloads import get_workload  # noqa: E402
@@ -51,21 +51,7 @@ def launches_only(launch, cases: list, checks: LaunchChecks) -> float:
     import torch
 
     calls = min(GRAPH_CALLS, len(cases))
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up on the capture stream, as torch asks
-        for i in range(calls):
-            checks.before(i)
-            launch(cases[i])
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    prep, run = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-    with torch.cuda.graph(prep):
-        for i in range(calls):
-            checks.before(i)
-    with torch.cuda.graph(run):
-        for i in range(calls):
-            launch(cases[i])
+    prep, _one, run, _calls = capture_chain(lambda i: launch(cases[i]), checks.before, calls)
     pairs = []
     for _ in range(REPS):
         prep.replay()

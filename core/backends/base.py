@@ -121,7 +121,7 @@ class Runtime(ABC):
     """
 
     arrays: Any
-    graph_block: int = 1  # a runtime timing under graphs prepares this many cases before launching on them
+    graph_block: int = 1  # cases a graph timing prepares before a chain of launches (torch_runtime.replay_chain); 1: pairs
 
     @abstractmethod
     def load(self, artifact: Artifact) -> Any:

@@ -7,6 +7,7 @@ so this module imports on a machine without CUDA.
 """
 from __future__ import annotations
 
+import functools
 import statistics
 from typing import Callable
 
@@ -32,8 +33,7 @@ class TorchCudaRuntime(Runtime):
         self.graphs = graphs
         self._flush_buf = None
         self.last_timing = "events"  # "events" or "graph": how the last ``time`` call measured
-        self._captured: tuple | None = None  # (fn, before, graph_block, graphs) of the last graph timing
-        self.graph_block = 1  # cases a chain timing prepares and launches on (see replay_chain); 1: time_graph
+        self._captured: tuple | None = None  # (fn, before, graph_block, replay) of the last graph timing
 
     def synchronize(self) -> None:
         """cudaDeviceSynchronize; a failed launch (illegal address, trap) raises here."""
@@ -116,10 +116,12 @@ class TorchCudaRuntime(Runtime):
         if held is None or held[:3] != (fn, before, self.graph_block):
             self._captured = None  # release the previous measurement's graphs before capturing
             calls = min(GRAPH_CALLS, self.graph_block)
-            graphs = capture_chain(fn, before, calls) if calls >= 2 else capture_graphs(fn, before)
-            held = self._captured = (fn, before, self.graph_block, graphs)
-        graphs = held[3]
-        return replay_chain(*graphs, reps) if len(graphs) == 4 else replay_graphs(*graphs, reps)
+            if calls >= 2:
+                replay = functools.partial(replay_chain, *capture_chain(fn, before, calls))
+            else:
+                replay = functools.partial(replay_graphs, *capture_graphs(fn, before))
+            held = self._captured = (fn, before, self.graph_block, replay)
+        return held[3](reps)
 
 
 def end_failed_capture() -> None:
@@ -171,19 +173,27 @@ def time_graph(fn: Callable[[int], None], reps: int, calls: int = GRAPH_CALLS,
     return replay_graphs(*capture_graphs(fn, before, calls), reps)
 
 
-def capture_graphs(fn: Callable[[int], None], before: Callable[[int], None] = _nothing, calls: int = GRAPH_CALLS):
-    """(preparation graph, full graph, calls): ``before(i)`` alone, and ``before(i); fn(i)``, for
-    ``i < calls``; ``before(i)`` must prepare the same work in both (the subtraction assumes it)."""
+def warm_up_for_capture(fn: Callable[[int], None], before: Callable[[int], None], calls: int) -> None:
+    """``before(i); fn(i)`` for ``i < calls`` on a side stream, then synchronised: the warm-up torch
+    asks for before a capture (lazy initialisation must not happen inside it)."""
     import torch
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up on the capture stream, as torch asks
+    with torch.cuda.stream(stream):
         for i in range(calls):
             before(i)
             fn(i)
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
+
+
+def capture_graphs(fn: Callable[[int], None], before: Callable[[int], None] = _nothing, calls: int = GRAPH_CALLS):
+    """(preparation graph, full graph, calls): ``before(i)`` alone, and ``before(i); fn(i)``, for
+    ``i < calls``; ``before(i)`` must prepare the same work in both (the subtraction assumes it)."""
+    import torch
+
+    warm_up_for_capture(fn, before, calls)
     prep, full = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
     with torch.cuda.graph(prep):
         for i in range(calls):
@@ -226,14 +236,7 @@ def capture_chain(fn: Callable[[int], None], before: Callable[[int], None], call
     The calls must be on distinct cases: an in-place kernel must not find its case launched on."""
     import torch
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up on the capture stream, as torch asks
-        for i in range(calls):
-            before(i)
-            fn(i)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
+    warm_up_for_capture(fn, before, calls)
     prep, one, chain = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
     with torch.cuda.graph(prep):  # the harness's record of each case is this graph's preparation
         for i in range(calls):
