@@ -250,7 +250,8 @@ def check_kernel(workload: str, backend: str, kernel: str | Path, problem: dict 
 def rooflines(baseline: dict, min_bytes: float | None, flops: float | None, time_us: float | None) -> dict:
     """The memory floor (fewest bytes / measured bandwidth) and compute floor (operations / measured
     peak rate) of one call, the roofline (the larger), the protocol's ``suspect`` threshold (which an
-    empty launch, where timed, also bounds), and the kernel's share of the roofline in percent (roofline / time). None where a number is unknown."""
+    empty launch, where timed, also bounds), and the kernel's share of the roofline in percent
+    (roofline / time). None where a number is unknown."""
     peaks = baseline.get("peaks") or {}
     bandwidth, rate = peaks.get("bandwidth_bytes_per_s"), peaks.get("flops_per_s")
     memory = min_bytes / bandwidth * 1e6 if (bandwidth and min_bytes) else None
@@ -261,7 +262,8 @@ def rooflines(baseline: dict, min_bytes: float | None, flops: float | None, time
     if floors:
         bound = "compute" if roofline == compute else "memory"
     return {"memory_us": memory, "compute_us": compute, "roofline_us": roofline, "bound": bound,
-            "suspect_below_us": _positive(baseline.get("floor_us")), "empty_launch_us": _positive(baseline.get("launch_us")),
+            "suspect_below_us": _positive(baseline.get("floor_us")),
+            "empty_launch_us": _positive(baseline.get("launch_us")),
             "percent": roofline / time_us * 100.0 if (roofline and time_us) else None,
             "bandwidth_bytes_per_s": bandwidth, "flops_per_s": rate}
 
