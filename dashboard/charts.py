@@ -43,7 +43,9 @@ def _x_axis(fig: go.Figure, df: pd.DataFrame, wall: bool) -> None:
 
 
 def _layout(fig: go.Figure, title: str, height: int = 320, **kw) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0, font=dict(size=15)), height=height,
+    # Streamlit's own font and text colour, as its Plotly theme draws them (both renderers look alike).
+    fig.update_layout(title=dict(text=title, x=0, font=dict(size=15, weight=600)), height=height,
+                      font=dict(family='"Source Sans", "Source Sans Pro", sans-serif', color="#31333F"),
                       margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.2),
                       hovermode="x unified", template="plotly_white", **kw)
     return fig
@@ -59,9 +61,13 @@ def empty(title: str, message: str = "no data yet") -> go.Figure:
     return _layout(fig, title, height=260)
 
 
-def fitness(curves: pd.DataFrame, wall: bool = False) -> go.Figure:
-    """Best, mean and worst fitness per generation (the band between worst and best shaded); with
-    ``wall``, against wall-clock time."""
+CHANGE_MARKERS = 200  # the newest champion changes marked on the fitness chart
+
+
+def fitness(curves: pd.DataFrame, wall: bool = False, changes: pd.DataFrame | None = None) -> go.Figure:
+    """Best, mean and worst fitness per generation (the band between worst and best shaded), and a
+    marker at each of the newest :data:`CHANGE_MARKERS` champion changes (``changes``:
+    :func:`dashboard.data.champion_changes`); with ``wall``, against wall-clock time."""
     if curves.empty:
         return empty("Fitness per generation")
     x = _x(curves, wall)
@@ -72,6 +78,12 @@ def fitness(curves: pd.DataFrame, wall: bool = False) -> go.Figure:
                              line=dict(color=BLUE, width=2.5), fill="tonexty", fillcolor="rgba(37,99,235,0.08)"))
     fig.add_trace(go.Scatter(x=x, y=curves["mean_fitness"], name="mean", mode="lines",
                              line=dict(color=ORANGE, width=1.5, dash="dot")))
+    if changes is not None and not changes.empty:
+        marked = changes.tail(CHANGE_MARKERS)
+        fig.add_trace(go.Scatter(x=_x(marked, wall), y=marked["best_fitness"], name="champion changed", mode="markers",
+                                 marker=dict(symbol="diamond", size=7, color=BLUE, line=dict(color="white", width=1)),
+                                 customdata=marked[["champion_hash", "previous_hash"]].fillna("—").to_numpy(),
+                                 hovertemplate="champion %{customdata[0]} (was %{customdata[1]})<extra></extra>"))
     _x_axis(fig, curves, wall)
     fig.update_yaxes(title="fitness", rangemode="tozero")
     return _layout(fig, "Fitness per generation")
@@ -96,9 +108,10 @@ def time_and_memory(df: pd.DataFrame, baseline: pd.DataFrame | None = None, wall
                                  mode="lines", line=dict(color=GREEN, shape="hv", dash="dash")), secondary_y=True)
     _x_axis(fig, df, wall)
     fig.update_yaxes(title="time (µs)", secondary_y=False, rangemode="tozero")
-    # From zero with Plotly's own round ticks: a narrow range would get ticks like 781.7, 810.2.
+    # From zero with Plotly's own round ticks: a narrow range would get ticks like 781.7, 810.2, and
+    # plotly.js 4 syncs an overlaying axis' ticks to the first one's (37.4823 beside 100) unless told.
     fig.update_yaxes(title=f"memory ({unit})", secondary_y=True, showgrid=False, rangemode="tozero",
-                     tickformat="~s")
+                     tickformat="~s", tickmode="auto")
     return _layout(fig, "Best time and memory so far")
 
 
@@ -122,14 +135,25 @@ def _baseline_traces(fig: go.Figure, b: pd.DataFrame, wall: bool = False) -> Non
                                  marker=dict(symbol="x", size=9, color=RED)), secondary_y=False)
 
 
+# Above this many generations (or buckets) the lethal causes are stacked steps, one path per cause:
+# 200 buckets of six causes as bars were 1,200 SVG paths, the Monitor's costliest chart to draw.
+LETHAL_BARS_UP_TO = 50
+
+
 def lethal(causes: pd.DataFrame) -> go.Figure:
-    """Stacked bars: lethal candidates per generation by cause."""
+    """Lethal candidates per generation by cause, stacked: bars for a short run, steps for a long one."""
     if causes.empty:
         return empty("Lethal candidates by cause", "no lethal candidates")
     fig = go.Figure()
+    bars = causes["generation"].nunique() <= LETHAL_BARS_UP_TO
     for cause, part in causes.groupby("cause"):
-        fig.add_trace(go.Bar(x=part["generation"], y=part["count"], name=str(cause),
-                             marker_color=CAUSE_COLOURS.get(str(cause))))
+        colour = CAUSE_COLOURS.get(str(cause))
+        if bars:
+            fig.add_trace(go.Bar(x=part["generation"], y=part["count"], name=str(cause), marker_color=colour))
+        else:  # a generation where this cause is absent counts as zero in the stack (stackgaps "infer zero")
+            fig.add_trace(go.Scatter(x=part["generation"], y=part["count"], name=str(cause), mode="lines",
+                                     stackgroup="lethal", line=dict(shape="hv", width=0.5, color=colour),
+                                     fillcolor=colour))
     fig.update_layout(barmode="stack", bargap=0.1)
     _generation_axis(fig, causes["generation"])
     fig.update_yaxes(title="candidates")

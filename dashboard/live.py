@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard import data
+from dashboard import charts, data
 from dashboard.meta import load_meta
 from dashboard.settings import LIVE_STATUSES
 
@@ -62,29 +62,35 @@ def noisy_badge(gens: pd.DataFrame, generation: int) -> str | None:
 
 
 def champion_timeline(run_id: str, changes: pd.DataFrame) -> None:
-    """Every change of champion, newest first, and a button to open one change's genome diff."""
+    """Every change of champion (marked on the fitness chart), a button to open one change's genome
+    diff, and the newest 200 as a table, drawn only once its expander is opened: the table element is
+    the heaviest script a new Monitor tab would otherwise load (benchmarks/MONITOR_RESULTS.md)."""
     st.subheader("Champion changes")
     if changes.empty:
         st.caption("No champion yet.")
         return
     shown = changes.iloc[::-1].head(200).copy()
-    shown["committed"] = data.to_datetime(shown["finished_at"])
-    st.dataframe(shown[["generation", "committed", "champion_hash", "previous_hash", "best_fitness"]],
-                 hide_index=True, width="stretch", key="champion_changes", height=min(38 + 35 * len(shown), 300),
-                 column_config={"best_fitness": st.column_config.NumberColumn("best fitness", format="%.4f"),
-                                "committed": st.column_config.DatetimeColumn("committed (UTC)",
-                                                                             format="YYYY-MM-DD HH:mm:ss")})
     with_parent = shown[shown["previous_hash"].notna()]
-    if with_parent.empty:
-        return
-    c1, c2 = st.columns([3, 1])
-    labels = {int(g): f"generation {g}: {a} → {b}" for g, a, b in
-              zip(with_parent["generation"], with_parent["previous_hash"], with_parent["champion_hash"])}
-    gen = c1.selectbox("Change", list(labels), key="timeline_pick", format_func=labels.get)
-    row = with_parent[with_parent["generation"] == gen].iloc[0]
-    if c2.button("Open the diff in Genomes", icon=":material/difference:", key="timeline_open"):
-        st.switch_page("pages/genomes.py", query_params={"run": run_id, "a": row["previous_hash"],
-                                                         "b": row["champion_hash"]})
+    st.caption(f"{len(changes):,} change{'s' * (len(changes) != 1)} of champion, the newest "
+               f"{min(len(changes), charts.CHANGE_MARKERS)} marked on the fitness chart.")
+    if not with_parent.empty:
+        c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+        labels = {int(g): f"generation {g}: {a} → {b}" for g, a, b in
+                  zip(with_parent["generation"], with_parent["previous_hash"], with_parent["champion_hash"])}
+        gen = c1.selectbox("Change", list(labels), key="timeline_pick", format_func=labels.get)
+        row = with_parent[with_parent["generation"] == gen].iloc[0]
+        if c2.button("Open the diff in Genomes", icon=":material/difference:", key="timeline_open"):
+            st.switch_page("pages/genomes.py", query_params={"run": run_id, "a": row["previous_hash"],
+                                                             "b": row["champion_hash"]})
+    table = st.expander(f"The newest {len(shown)} as a table", key="timeline_table", on_change="rerun")
+    if table.open:
+        shown["committed"] = data.to_datetime(shown["finished_at"])
+        table.dataframe(shown[["generation", "committed", "champion_hash", "previous_hash", "best_fitness"]],
+                        hide_index=True, width="stretch", key="champion_changes",
+                        height=min(38 + 35 * len(shown), 300),
+                        column_config={"best_fitness": st.column_config.NumberColumn("best fitness", format="%.4f"),
+                                       "committed": st.column_config.DatetimeColumn("committed (UTC)",
+                                                                                    format="YYYY-MM-DD HH:mm:ss")})
 
 
 def devices_panel(folder: Path, gens: pd.DataFrame) -> None:

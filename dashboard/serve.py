@@ -6,7 +6,8 @@ the app's code until the first browser session connects, so without this the fir
 after a start pays every first import (pandas, Plotly's figure classes, DuckDB, scikit-learn: about
 1.5 s of CPU, benchmarks/MONITOR_RESULTS.md); here they are done a couple of seconds after the
 start, and the server says so on stderr ("warm-up finished"). Its front end also starts loading
-Plotly on the chart pages as soon as they open (:mod:`dashboard.static_preload`).
+Plotly on the chart pages as soon as they open (:mod:`dashboard.static_preload`): plotly.js's
+basic bundle where ``npm ci`` installed it, and the pages then draw with it (:mod:`dashboard.plotly_basic`).
 ``scripts/dashboard.sh`` starts the dashboard this way.
 """
 from __future__ import annotations

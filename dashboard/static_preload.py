@@ -8,6 +8,11 @@ sooner: the page's deltas arrive together. So ``python -m dashboard.serve`` serv
 chunk (the same URL, so the browser evaluates it once) while the app is still connecting, on the
 pages that draw charts only.
 
+Where the repository holds plotly.js's basic bundle (``npm ci`` puts it in ``node_modules``), the
+served folder also holds a copy of it, named by its content, and ``index.html`` imports that instead:
+the chart pages then draw with it (:mod:`dashboard.plotly_basic`), and a new tab evaluates 1.2 MB of
+Plotly instead of 4.7 MB.
+
 The rest of Streamlit's static folder is served as installed, through symbolic links (Streamlit's
 static handler follows them), from a folder under the runs folder's cache named by the content it
 holds. If a Streamlit release names the chunk differently, or the cache cannot be written, Streamlit
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -24,6 +30,10 @@ from pathlib import Path
 
 # The url paths (dashboard.nav.PAGES) of the pages that draw Plotly charts.
 PLOTLY_PAGES = ("monitor", "individuals", "benchmark", "runs")
+BASIC_BUNDLE = Path(__file__).resolve().parent.parent / "node_modules" / "plotly.js-basic-dist-min" / "plotly-basic.min.js"
+BASIC_FOLDER = "abebot"  # the served folder's own files, beside Streamlit's
+# Set by install when the server serves the bundle, for the pages (dashboard.plotly_basic): its URL.
+URL_ENV = "ABEBOT_PLOTLY_BASIC_URL"
 _CHUNK = re.compile(r"PlotlyChart\.[A-Za-z0-9_-]+\.js")
 _MARK = "abebot-plotly-preload"
 
@@ -34,27 +44,48 @@ def plotly_chunk(static_dir: Path) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
-def patched_index(html: str, chunk: str, pages: tuple[str, ...] = PLOTLY_PAGES) -> str:
-    """``index.html`` with a module script, last in ``<head>``, that imports ``chunk`` when the URL's
-    last path segment is one of ``pages``. Relative URLs, as Streamlit's own, so a base URL path works."""
+def usable_bundle(bundle: Path | None) -> Path | None:
+    """``bundle`` if it is whole: plotly.js's basic build from its head to the line that ends it
+    (a half-written install would otherwise be served, and every chart fail); else None."""
+    try:
+        with open(bundle, "rb") as f:
+            head = f.read(200)
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 300))
+            tail = f.read()
+    except (OSError, TypeError):
+        return None
+    return bundle if b"plotly.js (basic" in head and b"window.Plotly = Plotly" in tail else None
+
+
+def basic_url(bundle: Path) -> str:
+    """The URL, relative to the app's root, that the served folder gives ``bundle``: named by its content."""
+    return f"./{BASIC_FOLDER}/plotly-basic.{hashlib.sha256(bundle.read_bytes()).hexdigest()[:16]}.js"
+
+
+def patched_index(html: str, module: str, pages: tuple[str, ...] = PLOTLY_PAGES) -> str:
+    """``index.html`` with a module script, last in ``<head>``, that imports ``module`` (a URL relative
+    to the app's root) when the URL's last path segment is one of ``pages``. Relative URLs, as
+    Streamlit's own, so a base URL path works."""
     if _MARK in html or "</head>" not in html:
         return html
     script = (f'    <script type="module" id="{_MARK}">\n'
               f'      if ({json.dumps(list(pages))}.includes(location.pathname.split("/").filter(Boolean).pop()))\n'
-              f'        import("./static/js/{chunk}");\n'
+              f'        import({json.dumps(module)});\n'
               '    </script>\n')
     return html.replace("</head>", script + "  </head>", 1)
 
 
-def preloading_static_dir(static_dir: Path, cache: Path) -> Path | None:
-    """A folder in ``cache`` that mirrors ``static_dir`` (links) with the patched ``index.html``, made
-    once per content; None when the chunk or the index is not where this module expects them."""
+def preloading_static_dir(static_dir: Path, cache: Path, basic: Path | None = None) -> Path | None:
+    """A folder in ``cache`` that mirrors ``static_dir`` (links) with the patched ``index.html`` and,
+    given ``basic`` (plotly.js's basic bundle), a copy of it at :func:`basic_url`; made once per
+    content. None when the chunk or the index is not where this module expects them."""
     index = static_dir / "index.html"
     chunk = plotly_chunk(static_dir)
     if chunk is None or not index.is_file():
         return None
     html = index.read_text(encoding="utf-8")
-    patched = patched_index(html, chunk)
+    module = basic_url(basic) if basic is not None else f"./static/js/{chunk}"
+    patched = patched_index(html, module)
     if patched == html:
         return None
     key = hashlib.sha256(f"{static_dir.resolve()}\0{patched}".encode()).hexdigest()[:16]
@@ -67,6 +98,9 @@ def preloading_static_dir(static_dir: Path, cache: Path) -> Path | None:
         for entry in static_dir.iterdir():
             if entry.name != "index.html":
                 (tmp / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+        if basic is not None:
+            (tmp / module).parent.mkdir()
+            shutil.copyfile(basic, tmp / module)
         (tmp / "index.html").write_text(patched, encoding="utf-8")
         tmp.rename(target)
     except OSError:
@@ -77,15 +111,19 @@ def preloading_static_dir(static_dir: Path, cache: Path) -> Path | None:
     return target
 
 
-def install(cache: Path) -> Path | None:
+def install(cache: Path, basic: Path | None = BASIC_BUNDLE) -> Path | None:
     """Make this process's Streamlit server (not started yet) serve the preloading static folder,
-    kept in ``cache``; returns it, or None when Streamlit is served as installed."""
+    kept in ``cache``, with ``basic`` where that file is whole (and then tell the pages its URL,
+    :data:`URL_ENV`); returns the folder, or None when Streamlit is served as installed."""
     from streamlit import file_util
 
+    basic = usable_bundle(basic)
     try:
-        served = preloading_static_dir(Path(file_util.get_static_dir()), cache)
+        served = preloading_static_dir(Path(file_util.get_static_dir()), cache, basic)
     except OSError:
         return None
     if served is not None:
         file_util.get_static_dir = lambda: str(served)
+        if basic is not None:
+            os.environ[URL_ENV] = basic_url(basic)
     return served

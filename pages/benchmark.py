@@ -6,7 +6,7 @@ import time
 import streamlit as st
 
 from dashboard import benchmark as B
-from dashboard import charts, data, ui
+from dashboard import charts, data, plotly_basic, ui
 from dashboard import launch as L
 from dashboard.runs import load_json
 from dashboard.settings import runs_dir
@@ -86,9 +86,8 @@ else:
     else:
         c[3].metric("Of the roofline", "n/a", help="No roofline: " + B.roofline_reason(base))
 left, right = st.columns([3, 2])
-left.plotly_chart(charts.benchmark_bars(df[df["kind"] != "roofline"], base.get("roofline_us")), key="bench_time",
-                  config={"displaylogo": False})
-right.plotly_chart(charts.memory_bars(df[df["kind"] != "roofline"]), key="bench_memory", config={"displaylogo": False})
+plotly_basic.chart(left, charts.benchmark_bars(df[df["kind"] != "roofline"], base.get("roofline_us")), "bench_time")
+plotly_basic.chart(right, charts.memory_bars(df[df["kind"] != "roofline"]), "bench_memory")
 first = "GFLOP/s" if B.bound(base) == "compute" else "GB/s"
 unit, scale = B.memory_unit(df)
 shown = df.drop(columns=["kind"]).assign(memory_bytes=df["memory_bytes"] / scale)  # the metrics' unit

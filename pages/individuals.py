@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, ui
+from dashboard import charts, plotly_basic, ui
 from dashboard import genomes as G
 from dashboard import importance as I
 from store.queries import IndividualsTable
@@ -118,9 +118,9 @@ if st.toggle("Compute gene importance", value=True, key="ind_importance",
              help="Fits a forest on up to 3,000 distinct genomes: under a second."):
     imp, par, fitted = importance_of(str(folder), created, table.rows, filters)
     left, right = st.columns([2, 3])
-    left.plotly_chart(charts.importance(imp), key="chart_importance", config={"displaylogo": False})
+    plotly_basic.chart(left, charts.importance(imp), "chart_importance")
     top = list(imp["gene"][:8]) if not imp.empty else table.genes[:8]
-    right.plotly_chart(charts.parallel(par, top), key="chart_parallel", config={"displaylogo": False})
+    plotly_basic.chart(right, charts.parallel(par, top), "chart_parallel")
     right.caption(I.parallel_caption(par, fitted) + " Each line is one genome, coloured by fitness (in "
                   f"{charts.PARALLEL_BANDS} bands; the fittest on top); hover a dot on the fitness axis for its "
                   "genes. The plot follows the filter above: narrow it there to isolate genes or values.")

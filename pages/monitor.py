@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, data, live, ui
+from dashboard import charts, data, live, plotly_basic, ui
 from dashboard import launch as L
 from dashboard.settings import LIVE_STATUSES, refresh_seconds, runs_dir
 from store.control import read_control, write_control
@@ -134,14 +134,12 @@ def body() -> None:
         live.devices_panel(folder, gens)
     wall = st.session_state.get("x_wall", False)
     left, right = st.columns(2)
-    left.plotly_chart(charts.fitness(data.fitness_curves(gens), wall), key="chart_fitness",
-                      config={"displaylogo": False})
-    right.plotly_chart(charts.time_and_memory(data.best_so_far(gens), data.baseline_noise(gens), wall),
-                       key="chart_time_memory", config={"displaylogo": False})
+    changes = data.champion_changes(gens)
+    plotly_basic.chart(left, charts.fitness(data.fitness_curves(gens), wall, changes), "chart_fitness")
+    plotly_basic.chart(right, charts.time_and_memory(data.best_so_far(gens), data.baseline_noise(gens), wall), "chart_time_memory")
     left, right = st.columns(2)
-    left.plotly_chart(charts.lethal(ui.lethal_causes(str(folder), sig)), key="chart_lethal", config={"displaylogo": False})
-    right.plotly_chart(charts.diversity(data.series(gens, ["diversity", "finished_at"], "mean"), wall),
-                       key="chart_diversity", config={"displaylogo": False})
+    plotly_basic.chart(left, charts.lethal(ui.lethal_causes(str(folder), sig)), "chart_lethal")
+    plotly_basic.chart(right, charts.diversity(data.series(gens, ["diversity", "finished_at"], "mean"), wall), "chart_diversity")
     if gens.empty:
         return
     latest = int(gens["generation"].max())
@@ -153,8 +151,8 @@ def body() -> None:
     if badge:
         st.badge(badge, icon=":material/warning:", color="orange")
     inds = ui.individuals(str(folder), gen, sig if gen == latest else ())
-    st.plotly_chart(charts.pareto(data.pareto_points(inds), gen), key="chart_pareto", config={"displaylogo": False})
-    live.champion_timeline(run_id, data.champion_changes(gens))
+    plotly_basic.chart(st, charts.pareto(data.pareto_points(inds), gen), "chart_pareto")
+    live.champion_timeline(run_id, changes)
 
 
 st.toggle("Wall-clock time on the x-axis", key="x_wall",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, data, manage, ui
+from dashboard import charts, data, manage, plotly_basic, ui
 from dashboard import launch as L
 from dashboard.launch import relaunch_state
 from dashboard.meta import load_meta, save_meta
@@ -82,7 +82,7 @@ for rid in chosen:
     gens = ui.generations(str(path), ui.signature(path))
     if not gens.empty:
         curves[rid] = data.fitness_curves(gens)
-st.plotly_chart(charts.compare_runs(curves), key="compare_chart", config={"displaylogo": False})
+plotly_basic.chart(st, charts.compare_runs(curves), "compare_chart")
 st.caption("Fitness is a weighted sum of ratios against each run's own baseline (baseline time / time, baseline "
            "memory / memory, stability), so a curve says how far a run got past **its** baseline. Runs whose "
            "baselines differ (another device, problem size or weights) are not comparable by height.")

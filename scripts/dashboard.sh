@@ -25,6 +25,7 @@ if ! has_openmp_cc; then
   fi
 fi
 "$PY" -m pip install -q --disable-pip-version-check -r requirements.txt
+bash scripts/front_end.sh  # plotly.js's basic bundle for the charts, where npm is installed
 export ABEBOT_RUNS_DIR=${ABEBOT_RUNS_DIR:-$PWD/runs}
 mkdir -p "$ABEBOT_RUNS_DIR"
 # `streamlit run app.py`, plus a warm-up of the pages' imports at server start (dashboard/serve.py)

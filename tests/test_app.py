@@ -607,6 +607,7 @@ def test_best_time_and_memory_are_best_so_far_on_a_round_axis(populated):
         ys = decoded(next(t for t in fig["data"] if t.get("name", "").startswith(name))["y"])
         assert all(b <= a for a, b in zip(ys, ys[1:])), (name, ys)
     assert fig["layout"]["yaxis2"]["rangemode"] == "tozero"
+    assert fig["layout"]["yaxis2"]["tickmode"] == "auto"  # not plotly.js 4's ticks synced to the time axis
 
 
 def test_pareto_is_padded_has_no_useless_colour_bar_and_round_log_ticks():
@@ -627,6 +628,26 @@ def test_pareto_is_padded_has_no_useless_colour_bar_and_round_log_ticks():
     assert fig["layout"]["xaxis"]["type"] == "log" and set(ticks) <= {10, 20, 50, 100, 200, 500, 1000}
     varied = charts.pareto(pts.assign(stability=[1.0, 0.5, 0.2]), 3).to_plotly_json()
     assert "colorbar" in varied["data"][0]["marker"]
+
+
+@pytest.mark.parametrize("generations", [1, 50, 51, 5000])
+def test_lethal_causes_are_bars_on_a_short_run_and_one_stacked_step_path_per_cause_on_a_long_one(generations):
+    import pandas as pd
+
+    from dashboard import charts
+
+    causes = pd.DataFrame([(g, c, 1 + g % 3) for g in range(generations) for c in ("timeout", "crashed")
+                           if c == "timeout" or g % 2], columns=["generation", "cause", "count"])
+    fig = charts.lethal(causes)
+    assert len(fig.data) == causes["cause"].nunique()
+    bars = generations <= charts.LETHAL_BARS_UP_TO
+    assert {t.type for t in fig.data} == {"bar" if bars else "scatter"}
+    for t in fig.data:  # every count drawn, at its generation
+        part = causes[causes["cause"] == t.name]
+        assert list(t.x) == list(part["generation"]) and list(t.y) == list(part["count"])
+    if not bars:  # stacked, a cause absent from a generation counting as zero there
+        assert {(t.stackgroup, t.line.shape, t.mode) for t in fig.data} == {("lethal", "hv", "lines")}
+        assert all(t.stackgaps in (None, "infer zero") for t in fig.data)  # None: Plotly's default, "infer zero"
 
 
 def test_generations_are_counted_one_way_everywhere(populated, capsys):
@@ -979,6 +1000,13 @@ def test_noisy_generation_badge_and_benchmark_disagreement():
 def test_champion_timeline_opens_the_diff_in_genomes(populated):
     at = app("monitor")
     assert "Champion changes" in texts(at)
+    marked = next(t for t in figure(at, "Fitness per generation")["data"] if t.get("name") == "champion changed")
+    changes = at.selectbox(key="timeline_pick").options
+    assert len(decoded(marked["x"])) >= len(changes) > 0  # each change marked (the first has no parent to diff)
+    assert not at.dataframe  # the table waits for its expander: a new tab loads no table script
+    at.session_state["timeline_table"] = True
+    at.run()
+    assert len(at.dataframe[0].value) == len(decoded(marked["x"]))
     change = at.selectbox(key="timeline_pick")
     assert change.options
     at.button(key="timeline_open").click().run()
@@ -1098,10 +1126,16 @@ def test_dashboard_serve_starts_streamlit_and_warms_up_at_start(tmp_path):
         assert "warm-up finished" in log.read_text(), log.read_text()
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).read() == b"ok"
         assert "No runtime found" not in log.read_text()
-        # the front end served with Plotly's chunk imported early on chart pages (dashboard.static_preload)
+        # the front end served with Plotly imported early on chart pages (dashboard.static_preload):
+        # plotly.js's basic bundle where npm installed it, else Streamlit's own chunk
+        from dashboard.static_preload import BASIC_BUNDLE, usable_bundle
+
         page = urllib.request.urlopen(f"http://127.0.0.1:{port}/monitor", timeout=5).read().decode()
-        chunk = re.search(r'import\("\./(static/js/PlotlyChart\.[\w-]+\.js)"\)', page).group(1)
-        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/{chunk}", timeout=5).status == 200
+        pattern = (r"abebot/plotly-basic\.[0-9a-f]{16}\.js" if usable_bundle(BASIC_BUNDLE)
+                   else r"static/js/PlotlyChart\.[\w-]+\.js")
+        module = re.search(r'import\("\./(' + pattern + r')"\)', page).group(1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/{module}", timeout=5) as r:
+            assert r.status == 200 and "javascript" in r.headers["Content-Type"]
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)

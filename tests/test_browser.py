@@ -1,4 +1,4 @@
-"""The real browser test: Debian's Chromium, driven by Playwright, against ``streamlit run app.py``.
+"""The real browser test: Debian's Chromium, driven by Playwright, against ``python -m dashboard.serve``.
 
 It launches a small CPU run from the form (the real worker through the real launch path), watches
 the Monitor page gain generations without reloading, pauses and stops the run, reads a genome diff
@@ -20,6 +20,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from dashboard.static_preload import BASIC_BUNDLE, usable_bundle
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -71,7 +73,8 @@ def server(tmp_path):
     port = free_port()
     env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs), ABEBOT_REFRESH_S="1")
     log = open(tmp_path / "streamlit.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+    # What scripts/dashboard.sh starts: `streamlit run app.py` with the warm-up and the served front end.
+    proc = subprocess.Popen([sys.executable, "-m", "dashboard.serve", "--server.port", str(port),
                              "--server.headless", "true", "--server.address", "127.0.0.1",
                              "--browser.gatherUsageStats", "false"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -179,6 +182,13 @@ def test_launch_watch_pause_stop_diff_export(server, tmp_path):
             points = wait_for(lambda: (n := page.evaluate(best_points)) >= later and n, 15,
                               f"a fitness-chart point for each of the {later} generations shown")
             assert points >= later, points
+            # Drawn by plotly.js's basic bundle where npm installed it (scripts/front_end.sh), else by
+            # Streamlit's own Plotly: never both; the mode bar is there either way.
+            loaded = page.evaluate("[...performance.getEntriesByType('resource')].map(r => r.name)")
+            basic = usable_bundle(BASIC_BUNDLE) is not None
+            assert any("/abebot/plotly-basic." in n for n in loaded) == basic, loaded
+            assert any("/PlotlyChart." in n for n in loaded) == (not basic), loaded
+            assert page.locator('[data-testid="stMain"] .js-plotly-plot .modebar').count() >= 5
 
             # Headline metrics and the run picker are not cut off at 1280 px.
             page.get_by_text("Live log").click()
