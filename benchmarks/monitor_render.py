@@ -281,9 +281,11 @@ def chromium_on(app: Path, cwd: Path, env: dict | None = None, serve: bool = Fal
 
 
 def browser(runs: Path, run_id: str) -> list[tuple[str, float]]:
-    """Chromium: navigation to all five charts drawn, on a fresh server (cold) and a reload (warm)."""
+    """Chromium: navigation to all five charts drawn, on a fresh server (cold) and a reload (warm); the
+    server started as ``scripts/dashboard.sh`` starts it (``python -m dashboard.serve``, which serves
+    plotly.js's basic bundle where npm installed it), opened at once."""
     out = []
-    with chromium_on(Path("app.py"), ROOT, dict(os.environ, ABEBOT_RUNS_DIR=str(runs))) as (page, url):
+    with chromium_on(Path("app.py"), ROOT, dict(os.environ, ABEBOT_RUNS_DIR=str(runs)), serve=True) as (page, url):
         for label in ("Chromium: Monitor until 5 charts drawn (fresh server)", "Chromium: same, reload (warm)"):
             t0 = time.perf_counter()
             page.goto(f"{url}/monitor?run={run_id}")
