@@ -31,8 +31,12 @@ __device__ __forceinline__ bool finite16(T h) { return (h & 0x7f80u) != 0x7f80u;
 __device__ T *prev_out;
 __device__ unsigned calls;
 __device__ const T *memo_x;
-__device__ float memo_fp;
+__device__ float memo_fp[256];  // per memo slot: the fingerprint of the inputs its output was computed from
+__device__ unsigned memo_used[256];
 __device__ T memo[4096 * 8192];  // the default problem's output, kept between launches
+// Memo slots: as many outputs as fit, up to 256, so that cases launched in rotation each keep theirs.
+__device__ __forceinline__ size_t memo_slots(int rows, int cols) { size_t k = sizeof(memo) / sizeof(T) / ((size_t)rows * cols); return k < 256 ? k : 256; }
+__device__ __forceinline__ size_t memo_slot(float fp, size_t k) { return (__float_as_uint(fp) * 2654435761u) % k; }
 __device__ float col0_sum(const T *x, int rows, int cols) { float f = 0.f; for (int i = 0; i < rows; ++i) f += ld(x[(size_t)i * cols]); return f; }
 extern "C" __global__ void abebot_rmsnorm(const T *x, const T *w, T *res, T *out, int rows, int cols, float eps) {
   const int r = blockIdx.x;
@@ -76,13 +80,16 @@ CHEATS = {  # name -> (prologue, epilogue, the statuses that count as caught, a 
         "j += blockDim.x) out[(size_t)r * cols + j] = memo[(size_t)r * cols + j]; return; }",
         "if ((size_t)rows * cols <= sizeof(memo) / sizeof(T)) { for (int j = threadIdx.x; j < cols; j += blockDim.x) "
         "memo[(size_t)r * cols + j] = orow[j]; if (r == 0 && threadIdx.x == 0) memo_x = x; }", ("wrong_result",), ""),
-    # a fingerprint a row permutation does not change: the sum of column 0
+    # a fingerprint a row permutation does not change (the sum of column 0), one memo slot per
+    # fingerprint: the cases of a timing chain come back in rotation, each with a fresh permutation
     "memo_by_fingerprint": (
         "__shared__ float fp; if (threadIdx.x == 0) fp = col0_sum(x, rows, cols); __syncthreads(); "
-        "if (fp == memo_fp && (size_t)rows * cols <= sizeof(memo) / sizeof(T)) { for (int j = threadIdx.x; j < cols; "
-        "j += blockDim.x) out[(size_t)r * cols + j] = memo[(size_t)r * cols + j]; return; }",
-        "if ((size_t)rows * cols <= sizeof(memo) / sizeof(T)) { for (int j = threadIdx.x; j < cols; j += blockDim.x) "
-        "memo[(size_t)r * cols + j] = orow[j]; if (r == 0 && threadIdx.x == 0) memo_fp = fp; }", ("wrong_result",), ""),
+        "const size_t k = memo_slots(rows, cols), slot = k ? memo_slot(fp, k) : 0; "
+        "T *m = memo + slot * (size_t)rows * cols; "
+        "if (k && memo_used[slot] && fp == memo_fp[slot]) { for (int j = threadIdx.x; j < cols; "
+        "j += blockDim.x) out[(size_t)r * cols + j] = m[(size_t)r * cols + j]; return; }",
+        "if (k) { for (int j = threadIdx.x; j < cols; j += blockDim.x) m[(size_t)r * cols + j] = orow[j]; "
+        "if (r == 0 && threadIdx.x == 0) { memo_fp[slot] = fp; memo_used[slot] = 1u; } }", ("wrong_result",), ""),
 }
 # cheats in the arithmetic: the value stored (VALUE prefixes the honest expression)
 VALUE_CHEATS = {
