@@ -63,13 +63,14 @@ def noisy_badge(gens: pd.DataFrame, generation: int) -> str | None:
 
 def champion_timeline(run_id: str, changes: pd.DataFrame) -> None:
     """Every change of champion (marked on the fitness chart), a button to open one change's genome
-    diff, and the newest 200 as a table, drawn only once its expander is opened: the table element is
-    the heaviest script a new Monitor tab would otherwise load (benchmarks/MONITOR_RESULTS.md)."""
+    diff, and the newest :data:`~dashboard.charts.CHANGE_MARKERS` as a table, drawn only once asked
+    for: the table element is the heaviest script a new Monitor tab would otherwise load
+    (benchmarks/MONITOR_RESULTS.md)."""
     st.subheader("Champion changes")
     if changes.empty:
         st.caption("No champion yet.")
         return
-    shown = changes.iloc[::-1].head(200).copy()
+    shown = changes.iloc[::-1].head(charts.CHANGE_MARKERS).copy()
     with_parent = shown[shown["previous_hash"].notna()]
     st.caption(f"{len(changes):,} change{'s' * (len(changes) != 1)} of champion, the newest "
                f"{min(len(changes), charts.CHANGE_MARKERS)} marked on the fitness chart.")
@@ -82,15 +83,16 @@ def champion_timeline(run_id: str, changes: pd.DataFrame) -> None:
         if c2.button("Open the diff in Genomes", icon=":material/difference:", key="timeline_open"):
             st.switch_page("pages/genomes.py", query_params={"run": run_id, "a": row["previous_hash"],
                                                              "b": row["champion_hash"]})
-    table = st.expander(f"The newest {len(shown)} as a table", key="timeline_table", on_change="rerun")
-    if table.open:
+    # A toggle with a fixed label, not an expander: a live run changes what a label would count, and a
+    # widget whose label changes starts again closed.
+    if st.toggle("Show them as a table", key="timeline_table",
+                 help=f"The newest {charts.CHANGE_MARKERS} changes of champion, newest first"):
         shown["committed"] = data.to_datetime(shown["finished_at"])
-        table.dataframe(shown[["generation", "committed", "champion_hash", "previous_hash", "best_fitness"]],
-                        hide_index=True, width="stretch", key="champion_changes",
-                        height=min(38 + 35 * len(shown), 300),
-                        column_config={"best_fitness": st.column_config.NumberColumn("best fitness", format="%.4f"),
-                                       "committed": st.column_config.DatetimeColumn("committed (UTC)",
-                                                                                    format="YYYY-MM-DD HH:mm:ss")})
+        st.dataframe(shown[["generation", "committed", "champion_hash", "previous_hash", "best_fitness"]],
+                     hide_index=True, width="stretch", key="champion_changes", height=min(38 + 35 * len(shown), 300),
+                     column_config={"best_fitness": st.column_config.NumberColumn("best fitness", format="%.4f"),
+                                    "committed": st.column_config.DatetimeColumn("committed (UTC)",
+                                                                                 format="YYYY-MM-DD HH:mm:ss")})
 
 
 def devices_panel(folder: Path, gens: pd.DataFrame) -> None:

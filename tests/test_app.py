@@ -1003,9 +1003,8 @@ def test_champion_timeline_opens_the_diff_in_genomes(populated):
     marked = next(t for t in figure(at, "Fitness per generation")["data"] if t.get("name") == "champion changed")
     changes = at.selectbox(key="timeline_pick").options
     assert len(decoded(marked["x"])) >= len(changes) > 0  # each change marked (the first has no parent to diff)
-    assert not at.dataframe  # the table waits for its expander: a new tab loads no table script
-    at.session_state["timeline_table"] = True
-    at.run()
+    assert not at.dataframe  # the table waits to be asked for: a new tab loads no table script
+    at.toggle(key="timeline_table").set_value(True).run()
     assert len(at.dataframe[0].value) == len(decoded(marked["x"]))
     change = at.selectbox(key="timeline_pick")
     assert change.options

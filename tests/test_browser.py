@@ -195,6 +195,10 @@ def test_launch_watch_pause_stop_diff_export(server, tmp_path):
             page.get_by_text(re.compile(r"gen \d+ \(\d+/\d+ done\)")).first.wait_for()  # the live log tail shows worker.log
             assert not truncated(page, '[data-testid="stMetricValue"]'), truncated(page, '[data-testid="stMetricValue"]')
             assert not truncated(page, '[data-testid="stSidebar"] [data-testid="stSelectbox"]')
+            # The champion changes' table is drawn when asked for (and not before), and stays while the run goes on.
+            assert page.locator('[data-testid="stMain"] [data-testid="stDataFrame"]').count() == 0
+            page.get_by_text("Show them as a table").click()
+            page.locator('[data-testid="stMain"] [data-testid="stDataFrame"]').first.wait_for()
 
             # Pause, then stop: the worker obeys between generations.
             click_until(page, "Pause", "paused")
