@@ -41,8 +41,8 @@ def worktree(ref: str):
     """``ref`` checked out beside this repository, removed on the way out."""
     path = Path(tempfile.mkdtemp(prefix="abebot-before-"))
     subprocess.run(["git", "worktree", "add", "--detach", str(path), ref], cwd=ROOT, check=True, capture_output=True)
-    if (path / "package-lock.json").is_file():  # the front-end files scripts/dashboard.sh installs
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=path, check=True, capture_output=True)
+    if (path / "scripts" / "front_end.sh").is_file():  # the front-end files scripts/dashboard.sh installs
+        subprocess.run(["bash", "scripts/front_end.sh"], cwd=path, check=True, capture_output=True)
     try:
         yield path
     finally:

@@ -64,8 +64,8 @@ class Protocol:
         self.stability_launches = int(spec.get("stability_launches", 20))
         self.timing_target_s = float(spec.get("timing_target_s", TIMING_TARGET_S))
         self.io_bytes = int(self.workload.io_bytes(self.main, self.problem))
-        self.runtime.graph_block = graph_block(
-            self.io_bytes, self.device, timing_case_count(self.io_bytes, self.device, self.backend.device_kind))
+        self.timing_cases = timing_case_count(self.io_bytes, self.device, self.backend.device_kind)
+        self.runtime.graph_block = graph_block(self.io_bytes, self.device, self.timing_cases)
         self.peaks: Peaks | None = None
         self.roofline_us: float | None = None  # at the measured peaks
         self.floor_us: float | None = None  # below this a candidate is suspect
@@ -76,8 +76,8 @@ class Protocol:
         """Measure the device's peaks (and where the runtime has one, an empty launch) and set the
         main shape's roofline and floor."""
         dtype = self.problem.get("dtype", "float32")
-        cases = timing_case_count(self.io_bytes, self.device, self.backend.device_kind)
-        self.peaks = measure_peaks(self.runtime, dtype, self.backend.device_kind, cases * self.io_bytes).best(self.peaks)
+        self.peaks = measure_peaks(self.runtime, dtype, self.backend.device_kind,
+                                   self.timing_cases * self.io_bytes).best(self.peaks)
         seconds = self.peaks.roofline_s(self.workload.min_bytes(self.main, self.problem),
                                         self.workload.flops(self.main, self.problem))
         self.roofline_us = seconds * 1e6
@@ -240,8 +240,7 @@ class Protocol:
 
     # -- timing ----------------------------------------------------------------------------------
     def _timing_cases(self, rng: random.Random) -> list:
-        n = timing_case_count(self.io_bytes, self.device, self.backend.device_kind)
-        return [self.harness.make_case(self.main, rng.getrandbits(31)) for _ in range(n)]
+        return [self.harness.make_case(self.main, rng.getrandbits(31)) for _ in range(self.timing_cases)]
 
     def _time(self, launch: Callable[[Any], None], cases: list, checks: LaunchChecks) -> list[float]:
         """Seconds per launch, rotating through ``cases`` with ``checks`` around every launch; reps
