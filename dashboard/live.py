@@ -1,5 +1,5 @@
 """Pieces of the Monitor page: the configuration caption, control feedback, the machine's load,
-the noisy badge and the champion timeline."""
+its four run charts, the noisy badge and the champion timeline."""
 from __future__ import annotations
 
 import os
@@ -47,6 +47,15 @@ def machine_load() -> dict:
     return {"value": f"{one:.1f} / {cores} cores",
             "help": "1-minute load average of the machine this dashboard runs on, against its CPU cores. "
                     "Above the core count, timings are disturbed by other work."}
+
+
+def run_charts(gens: pd.DataFrame, causes: pd.DataFrame, wall: bool, changes: pd.DataFrame) -> dict:
+    """The Monitor page's four charts of a whole run, by their element keys: fitness (with the
+    champion ``changes`` marked), best time and memory so far, lethal ``causes``, diversity."""
+    return {"chart_fitness": charts.fitness(data.fitness_curves(gens), wall, changes),
+            "chart_time_memory": charts.time_and_memory(data.best_so_far(gens), data.baseline_noise(gens), wall),
+            "chart_lethal": charts.lethal(causes),
+            "chart_diversity": charts.diversity(data.series(gens, ["diversity", "finished_at"], "mean"), wall)}
 
 
 def noisy_badge(gens: pd.DataFrame, generation: int) -> str | None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 import threading
 import time
@@ -22,6 +23,8 @@ PAGES = (  # (file, title, icon, url path)
     ("pages/runs.py", "Runs", ":material/folder_open:", "runs"),
 )
 
+_last_page_run: float | None = None  # time.monotonic() when setup() last ran: a page run of a browser session
+
 
 def _home() -> None:
     """The root URL: Launch. Launch is not the default page itself, because Streamlit serves the
@@ -31,6 +34,8 @@ def _home() -> None:
 
 def setup():
     """Page config, ``st.navigation`` over :data:`PAGES` and the sidebar footer; returns the current page."""
+    global _last_page_run
+    _last_page_run = time.monotonic()
     start_warm_up()
     st.set_page_config(page_title="AbeBot", page_icon=":material/genetics:", layout="wide")
     pages = [st.Page(_home, title="AbeBot", url_path="home", default=True, visibility="hidden")]
@@ -70,7 +75,7 @@ WARM_MODULES = (
     "pandas", "pyarrow.parquet", "duckdb", "plotly.graph_objects", "plotly.subplots", "plotly.io",
     "store.reader", "store.control", "store.queries", "core.backends", "core.config", "core.export",
     "dashboard.charts", "dashboard.data", "dashboard.live", "dashboard.ui", "dashboard.launch", "dashboard.devices",
-    "dashboard.genomes", "dashboard.importance", "dashboard.benchmark", "dashboard.checkkernel", "dashboard.manage",
+    "dashboard.genomes", "dashboard.importance", "dashboard.individuals", "dashboard.benchmark", "dashboard.checkkernel", "dashboard.manage",
     "sklearn.ensemble", "sklearn.inspection", "sklearn.model_selection", "sklearn.preprocessing",
 )
 
@@ -88,6 +93,26 @@ def _first_element_check() -> None:
     env_util.is_repl()
 
 
+def _prefetch_steps() -> list:
+    from dashboard import prefetch
+
+    return prefetch.steps(runs_dir())
+
+
+PREFETCH_QUIET_S = 5.0  # a page run, then the browser drawing what it sent: 1.5-3.5 s on 2 cores
+
+
+def _when_idle(step, quiet: float = 0.0):
+    """``step()`` once no script run is in progress and no page run (nor the warm-up) started in the
+    last ``quiet`` seconds; its result, or None if it raised."""
+    while _script_running() or (_last_page_run is not None and time.monotonic() - _last_page_run < quiet):
+        time.sleep(0.05)
+    try:
+        return step()
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def warm_up(announce: bool = False) -> float:
     """Do once, in the background, what the first visit of a page would otherwise pay (about 1.5 s
     of CPU in all): import what the pages import, build one throwaway Plotly figure (Plotly loads
@@ -97,6 +122,8 @@ def warm_up(announce: bool = False) -> float:
     time (0.1 s a run, measured; 0.06 s of it without scikit-learn). What is frozen is left to
     reference counting alone: module-level objects, and under a bare ``streamlit run app.py`` also
     whatever the first page still holds at that moment (a one-off, bounded by that page's caches).
+    Last, it reads the newest run ahead into the pages' caches (:mod:`dashboard.prefetch`), each
+    read once neither the warm-up nor a page has started for :data:`PREFETCH_QUIET_S`.
 
     Each step waits until no script run is in progress: two threads importing at once share one
     interpreter lock, so warming up *during* a page's run slows that page by as much as it saves
@@ -104,18 +131,20 @@ def warm_up(announce: bool = False) -> float:
     the module, which reports them itself. Returns the seconds it took."""
     import gc
 
+    global _last_page_run
+    if _last_page_run is None:  # a browser may be loading its first page: it counts as one started now
+        _last_page_run = time.monotonic()
     t0 = time.perf_counter()
     steps = [lambda name=name: importlib.import_module(name) for name in WARM_MODULES]
     steps.insert(WARM_MODULES.index("dashboard.charts") + 1,
                  lambda: importlib.import_module("dashboard.charts").empty("warm-up").to_json())
     steps += [_first_element_check, gc.freeze]
     for step in steps:
-        while _script_running():
-            time.sleep(0.05)
-        try:
-            step()
-        except Exception:  # noqa: BLE001
-            pass
+        _when_idle(step)
+    # Reading ahead is worth it only while no browser is drawing a page: on two cores it would
+    # slow that page by more than it saves the next (benchmarks/MONITOR_RESULTS.md, 2026-12-02).
+    for step in _when_idle(_prefetch_steps, PREFETCH_QUIET_S) or []:
+        _when_idle(step, PREFETCH_QUIET_S)
     took = time.perf_counter() - t0
     if announce:
         print(f"AbeBot dashboard: warm-up finished in {took:.1f} s", file=sys.stderr, flush=True)
@@ -135,5 +164,15 @@ def start_warm_up(announce: bool = False) -> bool:
     if _WARMED.is_set() or "streamlit.testing.v1.local_script_runner" in sys.modules:
         return False
     _WARMED.set()
-    threading.Thread(target=warm_up, args=(announce,), name="warm-up", daemon=True).start()
+    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(_no_session_warning)
+    threading.Thread(target=warm_up, args=(announce,), name=WARM_UP_THREAD, daemon=True).start()
     return True
+
+
+WARM_UP_THREAD = "warm-up"
+
+
+def _no_session_warning(record: logging.LogRecord) -> bool:
+    """Drop Streamlit's "missing ScriptRunContext" warning from the warm-up thread: its reads call the
+    pages' cached functions outside any browser session on purpose (their spinners have no page)."""
+    return record.threadName != WARM_UP_THREAD

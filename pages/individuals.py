@@ -7,38 +7,12 @@ import streamlit as st
 from dashboard import charts, plotly_basic, ui
 from dashboard import genomes as G
 from dashboard import importance as I
-from store.queries import IndividualsTable
+from dashboard import individuals as IX
 from store.reader import RunReader
 
 ui.ensure_navigation()
 
 PAGE_SIZES = (50, 100, 250, 500)  # rows sent to the browser per page; filters, sorting and downloads cover every row
-
-
-def run_identity(folder) -> tuple:
-    """What tells one run in ``folder`` from another (its config.json's inode and mtime); new
-    generations do not change it: :meth:`IndividualsTable.refresh` picks them up."""
-    try:
-        stat = (folder / "config.json").stat()
-        return str(folder), stat.st_ino, stat.st_mtime_ns
-    except OSError:
-        return str(folder), None, None
-
-
-@st.cache_resource(max_entries=4, show_spinner="Loading every individual of the run…")
-def load_table(folder: str, created: tuple) -> IndividualsTable:
-    """The run's individuals as one in-memory DuckDB table, shared by every session; the page calls
-    :meth:`IndividualsTable.refresh` on each run, which appends only generations committed since."""
-    return IndividualsTable(folder)
-
-
-@st.cache_data(max_entries=16, show_spinner="Fitting a random forest to the genes…")
-def importance_of(folder: str, created: tuple, rows: int, filters: dict) -> tuple:
-    """Gene importance and the parallel-coordinates rows for ``filters``, cached per table size."""
-    table = load_table(folder, created)
-    frame = table.latest_sample(filters, ["fitness", *table.genes], I.MAX_ROWS)
-    best = table.latest_sample(filters, ["fitness", *table.genes], I.PARALLEL_TOP, fittest=True)
-    return I.gene_importance(frame, table.genes), I.parallel_frame(frame, table.genes, fittest=best), len(frame)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -47,8 +21,8 @@ def champion(folder: str, rows: int) -> dict | None:
 
 
 run_id, folder = ui.run_page("Individuals")
-created = run_identity(folder)
-table = load_table(str(folder), created)
+created = IX.run_identity(folder)
+table = IX.load_table(str(folder), created)
 table.refresh()
 if not table.rows:
     st.info("No generation has been committed yet: come back when the first one is done.")
@@ -63,7 +37,7 @@ gene_filters = {}
 picked = st.multiselect("Filter on genes", table.genes, key="ind_gene_pick", format_func=lambda g: g[5:])
 for col, gene in zip(st.columns(max(1, len(picked))), picked):
     gene_filters[gene] = col.multiselect(gene[5:], table.distinct(gene), key=f"ind_gene_{gene}")
-filters = {"status": status, "generation": span, "fitness_min": fit_min, "hash": prefix.strip(), "in": gene_filters}
+filters = IX.filters(status, span, fit_min, prefix, gene_filters)
 s1, s2, s3, s4, s5 = st.columns([2, 1, 1, 1, 1])
 sort = s1.selectbox("Sort by", table.columns, index=table.columns.index("fitness"), key="ind_sort")
 descending = s2.toggle("Descending", value=True, key="ind_desc")
@@ -116,7 +90,7 @@ st.caption("scikit-learn: a random forest fitted to the genes of the individuals
            "for why). Low forest R² means fitness depends on something the genes do not explain (noise, mostly).")
 if st.toggle("Compute gene importance", value=True, key="ind_importance",
              help="Fits a forest on up to 3,000 distinct genomes: under a second."):
-    imp, par, fitted = importance_of(str(folder), created, table.rows, filters)
+    imp, par, fitted = IX.importance_of(str(folder), created, table.rows, filters)
     left, right = st.columns([2, 3])
     plotly_basic.chart(left, charts.importance(imp), "chart_importance")
     top = list(imp["gene"][:8]) if not imp.empty else table.genes[:8]

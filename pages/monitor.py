@@ -133,13 +133,11 @@ def body() -> None:
     if cfg.get("devices") or cfg.get("cluster"):
         live.devices_panel(folder, gens)
     wall = st.session_state.get("x_wall", False)
-    left, right = st.columns(2)
     changes = data.champion_changes(gens)
-    plotly_basic.chart(left, charts.fitness(data.fitness_curves(gens), wall, changes), "chart_fitness")
-    plotly_basic.chart(right, charts.time_and_memory(data.best_so_far(gens), data.baseline_noise(gens), wall), "chart_time_memory")
-    left, right = st.columns(2)
-    plotly_basic.chart(left, charts.lethal(ui.lethal_causes(str(folder), sig)), "chart_lethal")
-    plotly_basic.chart(right, charts.diversity(data.series(gens, ["diversity", "finished_at"], "mean"), wall), "chart_diversity")
+    figures = live.run_charts(gens, ui.lethal_causes(str(folder), sig), wall, changes)
+    for pair in (("chart_fitness", "chart_time_memory"), ("chart_lethal", "chart_diversity")):
+        for column, key in zip(st.columns(2), pair):
+            plotly_basic.chart(column, figures[key], key)
     if gens.empty:
         return
     latest = int(gens["generation"].max())

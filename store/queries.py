@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import duckdb
 import pandas as pd
 
-from store.reader import _RETRIES, RunReader, live_parts
+from store.reader import _RETRIES, RunReader, live_parts, query_connection
 from store.runs import LIVE
 
 BASE = ["generation", "genome_hash", "origin", "status", "cause", "fitness", "time_us", "time_spread_us",
@@ -93,8 +93,9 @@ class IndividualsTable:
         in the newest rows; created empty (the caller appends)."""
         base = [c for c in BASE + self.terms + OPTIONAL if c in present]
         wanted = [c for c in ("genome", "phases") if c in present]
+        # The newest files hold the newest rows: reading every genome only to keep 64 took 70 ms of 300,000 rows.
         sample = self._con.execute(f"SELECT {', '.join(wanted) or '1'} FROM {src} ORDER BY generation DESC LIMIT 64",
-                                   {"files": files}).fetchall() if wanted else []
+                                   {"files": files[-8:]}).fetchall() if wanted else []
         gene_paths: dict[str, None] = {}
         phase_keys: dict[str, None] = {}
         for row in sample:
@@ -260,7 +261,7 @@ def device_summary(folder: Path | str) -> pd.DataFrame:
     empty = pd.DataFrame(columns=["device", "evaluations", "share", "crashed_or_timeout"])
     if not files:
         return empty
-    con = duckdb.connect(":memory:")
+    con = query_connection()
     src = "read_parquet($files, union_by_name = true)"
     present = {r[0] for r in con.sql(f"DESCRIBE SELECT * FROM {src}", params={"files": files}).fetchall()}
     if "device" not in present:

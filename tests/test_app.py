@@ -1088,6 +1088,7 @@ def test_warm_up_waits_while_a_page_is_being_computed(monkeypatch):
     monkeypatch.setattr(nav, "WARM_MODULES", ("json", "dashboard.charts"))
     monkeypatch.setattr(nav, "_first_element_check", lambda: done.append("check"))
     monkeypatch.setattr(gc, "freeze", lambda: done.append("freeze"))
+    monkeypatch.setattr(nav, "_prefetch_steps", lambda: [])  # tests/test_prefetch.py covers the read-ahead
     release = threading.Event()
     script = threading.Thread(target=release.wait, name="ScriptRunner.scriptThread")  # Streamlit's name for it
     script.start()
