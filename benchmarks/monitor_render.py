@@ -15,7 +15,8 @@ one live/ Parquet mirror per generation, as the worker does) through
    ``streamlit run app.py`` and opened the moment ``/_stcore/health`` answers; then (not with
    ``--only individuals``) the Monitor page on servers started as ``scripts/dashboard.sh`` starts them
    (``python -m dashboard.serve``, which warms up at start), opened at once and once the server said
-   its warm-up finished, and in a new tab of the same browser (:func:`browser_starts`);
+   its warm-up finished, and in a new tab of the same browser, then the Individuals page in that tab,
+   which the warm-up read ahead (:func:`browser_starts`);
 5. with ``--compare-parallel``, each way of drawing the parallel coordinates that was weighed (Plotly
    ``parcoords`` in WebGL with 500 and 200 lines, Vega-Lite, Plotly SVG scatter lines) on a page of
    its own beside the importance chart, in Chromium.
@@ -319,7 +320,9 @@ def browser_starts(runs: Path, run_id: str) -> list[tuple[str, float]]:
     once, as above, and on another fresh server once that server has said its warm-up finished (a user
     who opens the page a few seconds after starting the dashboard). Last, on that warm server, the
     Monitor page in a new tab of the same browser: server and browser cache warm, the browser's own
-    cost of a new tab (a new renderer process evaluates Streamlit's and Plotly's JavaScript again)."""
+    cost of a new tab (a new renderer process evaluates Streamlit's and Plotly's JavaScript again);
+    then, in that tab, the Individuals page's first visit on that server, which the warm-up read ahead
+    (:mod:`dashboard.prefetch`: the benchmark's run is the runs folder's newest)."""
     out = []
     env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs))
     for label, warm in (("opened at once", False), ("opened once its start-up warm-up had finished", True)):
@@ -336,6 +339,11 @@ def browser_starts(runs: Path, run_id: str) -> list[tuple[str, float]]:
                 tab.goto(f"{url}/monitor?run={run_id}")
                 tab.wait_for_function(MONITOR_DRAWN, timeout=120_000)
                 out.append(("Chromium: Monitor in a new tab (server and browser cache warm)", time.perf_counter() - t0))
+                t0 = time.perf_counter()
+                tab.goto(f"{url}/individuals?run={run_id}")
+                tab.wait_for_function(CHARTS_DRAWN, timeout=300_000)
+                out.append(("Chromium: Individuals, first visit on that server, until importance + parallel coordinates"
+                            " drawn (the warm-up read the newest run ahead)", time.perf_counter() - t0))
     return out
 
 
