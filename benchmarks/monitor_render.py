@@ -16,7 +16,8 @@ one live/ Parquet mirror per generation, as the worker does) through
    ``--only individuals``) the Monitor page on servers started as ``scripts/dashboard.sh`` starts them
    (``python -m dashboard.serve``, which warms up at start), opened at once and once the server said
    its warm-up finished, and in a new tab of the same browser, then the Individuals page in that tab,
-   which the warm-up read ahead (:func:`browser_starts`);
+   which the warm-up read ahead (:func:`browser_starts`); then the Monitor and Individuals pages after
+   a restart of the dashboard, in a browser whose cache holds Streamlit's scripts (:func:`browser_restart`);
 5. with ``--compare-parallel``, each way of drawing the parallel coordinates that was weighed (Plotly
    ``parcoords`` in WebGL with 500 and 200 lines, Vega-Lite, Plotly SVG scatter lines) on a page of
    its own beside the importance chart, in Chromium.
@@ -225,20 +226,25 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @contextmanager
 def streamlit_server(app: Path, cwd: Path, env: dict | None = None, serve: bool = False,
-                     after_warm_up: bool = False) -> Iterator[str]:
-    """A Streamlit server for ``app`` on a free local port: yields its URL as soon as
+                     after_warm_up: bool = False, port: int | None = None) -> Iterator[str]:
+    """A Streamlit server for ``app`` on ``port`` (a free local one by default): yields its URL as soon as
     ``/_stcore/health`` answers; its process group is killed on the way out. ``serve``: start it as
     ``scripts/dashboard.sh`` does (``python -m dashboard.serve``, which warms up at start) instead of
     ``streamlit run app``; ``after_warm_up``: with ``serve``, yield only once the server has said its
     warm-up finished."""
-    import socket
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = port or free_port()
     launch = [sys.executable, "-m", *(("dashboard.serve",) if serve else ("streamlit", "run", str(app)))]
     log = tempfile.TemporaryFile()
     server = subprocess.Popen([*launch, "--server.port", str(port), "--server.headless", "true"], cwd=cwd, env=env,
@@ -344,6 +350,40 @@ def browser_starts(runs: Path, run_id: str) -> list[tuple[str, float]]:
                 tab.wait_for_function(CHARTS_DRAWN, timeout=300_000)
                 out.append(("Chromium: Individuals, first visit on that server, until importance + parallel coordinates"
                             " drawn (the warm-up read the newest run ahead)", time.perf_counter() - t0))
+    return out
+
+
+def browser_restart(runs: Path, run_id: str) -> list[tuple[str, float]]:
+    """The dashboard restarted, a browser that used it before: a browser profile kept on disk opens the
+    Monitor page on a server started as ``scripts/dashboard.sh`` starts it, once its warm-up finished;
+    the server is stopped and another started on the same port (a user's http://127.0.0.1:8501), and the
+    same profile, started again, opens the Monitor page, then the Individuals page, in one tab. What a
+    user who leaves a run going for days sees after restarting the dashboard: Streamlit's scripts come
+    from the browser's cache; the server is new."""
+    from playwright.sync_api import sync_playwright
+
+    out, port = [], free_port()
+    env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs))
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
+        for visit in ("before", "after"):
+            with streamlit_server(Path("app.py"), ROOT, env, serve=True, after_warm_up=True, port=port) as url:
+                context = p.chromium.launch_persistent_context(profile, executable_path="/usr/bin/chromium",
+                                                               args=CHROMIUM_FLAGS, viewport={"width": 1500, "height": 1200})
+                try:
+                    page = context.pages[0] if context.pages else context.new_page()
+                    t0 = time.perf_counter()
+                    page.goto(f"{url}/monitor?run={run_id}")
+                    page.wait_for_function(MONITOR_DRAWN, timeout=120_000)
+                    if visit == "after":
+                        out.append(("Chromium: Monitor after a restart of the dashboard, the browser's cache warm "
+                                    "(opened once the warm-up finished)", time.perf_counter() - t0))
+                        t0 = time.perf_counter()
+                        page.goto(f"{url}/individuals?run={run_id}")
+                        page.wait_for_function(CHARTS_DRAWN, timeout=300_000)
+                        out.append(("Chromium: then Individuals, until importance + parallel coordinates drawn",
+                                    time.perf_counter() - t0))
+                finally:
+                    context.close()
     return out
 
 
@@ -498,7 +538,8 @@ def main() -> int:
     steps = (lambda: data_loading(folder), lambda: apptest(runs, run_id))[: 2 if args.only == "all" else 0] + (
         lambda: individuals_loading(folder), lambda: apptest_individuals(runs, run_id))
     steps += ((lambda: browser(runs, run_id)),) * args.browser
-    steps += ((lambda: browser_starts(runs, run_id)),) * (args.browser and args.only == "all")
+    steps += ((lambda: browser_starts(runs, run_id)), (lambda: browser_restart(runs, run_id))) * (
+        args.browser and args.only == "all")
     steps += ((lambda: compare_parallel(folder)),) * args.compare_parallel
     for step in steps:
         got = step()

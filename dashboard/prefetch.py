@@ -17,6 +17,7 @@ import plotly.io as pio
 from dashboard import charts, data, live, ui
 from dashboard import individuals as IX
 from dashboard.runs import all_runs
+from dashboard.settings import read_ahead
 
 
 def newest_run(runs: Path) -> Path | None:
@@ -27,8 +28,8 @@ def newest_run(runs: Path) -> Path | None:
 
 def steps(runs: Path) -> list[Callable[[], None]]:
     """The reads, one callable each, in order (the warm-up runs them between page runs): none for an
-    empty runs folder. A step that raises is left to the page, which reports the error itself."""
-    folder = newest_run(runs)
+    empty runs folder, or with ``ABEBOT_READ_AHEAD=0`` (:func:`dashboard.settings.read_ahead`). A step that raises is left to the page, which reports the error itself."""
+    folder = newest_run(runs) if read_ahead() else None
     if folder is None:
         return []
     done: dict = {}

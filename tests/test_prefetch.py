@@ -70,8 +70,10 @@ def test_the_pages_find_what_the_read_ahead_read(runs, monkeypatch):
     assert len(fits) == 1 and not tables
 
 
-def test_the_read_ahead_of_an_empty_runs_folder_is_nothing(tmp_path):
-    assert prefetch.newest_run(tmp_path) is None and prefetch.steps(tmp_path) == []
+def test_the_read_ahead_of_an_empty_runs_folder_or_when_turned_off_is_nothing(tmp_path, runs, monkeypatch):
+    assert prefetch.newest_run(tmp_path / "empty") is None and prefetch.steps(tmp_path / "empty") == []
+    monkeypatch.setenv("ABEBOT_READ_AHEAD", "0")
+    assert prefetch.newest_run(runs) is not None and prefetch.steps(runs) == []
 
 
 def test_the_unfiltered_filter_is_what_the_page_builds_with_nothing_chosen(runs):
