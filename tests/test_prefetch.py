@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import importance, nav, prefetch, ui
 from dashboard import individuals as IX
+from dashboard.static_preload import URL_ENV
 from dashboard.synthetic import build_run
 from store import queries, reader
 
@@ -27,6 +28,7 @@ def runs(tmp_path, monkeypatch) -> Path:
     time.sleep(0.01)  # created_at orders the runs: the next one is the newest
     build_run(folder, generations=30, population=8, seed=2)
     monkeypatch.setenv("ABEBOT_RUNS_DIR", str(folder))
+    monkeypatch.delenv(URL_ENV, raising=False)  # charts as st.plotly_chart, which AppTest can read
     st.cache_data.clear()
     st.cache_resource.clear()
     return folder
