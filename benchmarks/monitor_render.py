@@ -227,6 +227,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 
 
 def free_port() -> int:
+    """A local TCP port nobody listens on now."""
     import socket
 
     with socket.socket() as s:

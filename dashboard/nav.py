@@ -69,13 +69,15 @@ def ensure_navigation() -> None:
 
 
 _WARMED = threading.Event()
+WARM_UP_THREAD = "warm-up"
 
 # What the pages import between them, cheapest first; scikit-learn (about 1 s of CPU) last.
 WARM_MODULES = (
     "pandas", "pyarrow.parquet", "duckdb", "plotly.graph_objects", "plotly.subplots", "plotly.io",
     "store.reader", "store.control", "store.queries", "core.backends", "core.config", "core.export",
     "dashboard.charts", "dashboard.data", "dashboard.live", "dashboard.ui", "dashboard.launch", "dashboard.devices",
-    "dashboard.genomes", "dashboard.importance", "dashboard.individuals", "dashboard.benchmark", "dashboard.checkkernel", "dashboard.manage",
+    "dashboard.genomes", "dashboard.importance", "dashboard.individuals", "dashboard.benchmark",
+    "dashboard.checkkernel", "dashboard.manage",
     "sklearn.ensemble", "sklearn.inspection", "sklearn.model_selection", "sklearn.preprocessing",
 )
 
@@ -167,9 +169,6 @@ def start_warm_up(announce: bool = False) -> bool:
     logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(_no_session_warning)
     threading.Thread(target=warm_up, args=(announce,), name=WARM_UP_THREAD, daemon=True).start()
     return True
-
-
-WARM_UP_THREAD = "warm-up"
 
 
 def _no_session_warning(record: logging.LogRecord) -> bool:

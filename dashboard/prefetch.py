@@ -3,7 +3,7 @@
 The pages open the newest run when no other is chosen (:func:`dashboard.ui.pick_run`). Reading it
 -- its generations, lethal causes and last population, its 320,000 individuals into DuckDB, the gene
 importance of no filter -- and building the Monitor's figures once (Plotly validates each property
-path the first time a process uses it) cost a first visit about 0.3 s on the Monitor page and 1 s
+path the first time a process uses it) cost a first visit 0.1-0.3 s on the Monitor page and about 1 s
 on the Individuals page of a 5,000 x 64 run (benchmarks/MONITOR_RESULTS.md, 2026-12-02). Done here,
 the pages find their caches filled: the same cached functions, with the same arguments.
 """
@@ -28,7 +28,8 @@ def newest_run(runs: Path) -> Path | None:
 
 def steps(runs: Path) -> list[Callable[[], None]]:
     """The reads, one callable each, in order (the warm-up runs them between page runs): none for an
-    empty runs folder, or with ``ABEBOT_READ_AHEAD=0`` (:func:`dashboard.settings.read_ahead`). A step that raises is left to the page, which reports the error itself."""
+    empty runs folder, or with ``ABEBOT_READ_AHEAD=0`` (:func:`dashboard.settings.read_ahead`). A step
+    that raises is left to the page, which reports the error itself."""
     folder = newest_run(runs) if read_ahead() else None
     if folder is None:
         return []

@@ -29,8 +29,8 @@ _DATABASE_LOCK = threading.Lock()
 
 def query_connection() -> duckdb.DuckDBPyConnection:
     """A new connection (a cursor) to this process's in-memory DuckDB database, for queries over
-    Parquet files. Opening a database costs 20-30 ms, a cursor on an open one microseconds, and a
-    page run creates several readers. The database holds no tables; a forked child opens its own
+    Parquet files. A new database and its first query take about 20 ms, a cursor on an open one
+    and its first query 0.3 ms, and a page run creates several readers. The database holds no tables; a forked child opens its own
     (DuckDB's threads do not survive a fork)."""
     global _DATABASE
     with _DATABASE_LOCK:
