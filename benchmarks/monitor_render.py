@@ -17,7 +17,8 @@ one live/ Parquet mirror per generation, as the worker does) through
    (``python -m dashboard.serve``, which warms up at start), opened at once and once the server said
    its warm-up finished, and in a new tab of the same browser, then the Individuals page in that tab,
    which the warm-up read ahead (:func:`browser_starts`); then the Monitor and Individuals pages after
-   a restart of the dashboard, in a browser whose cache holds Streamlit's scripts (:func:`browser_restart`);
+   a restart of the dashboard, in a browser that stayed open, and the Monitor page after the browser is
+   restarted too (:func:`browser_restart`);
 5. with ``--compare-parallel``, each way of drawing the parallel coordinates that was weighed (Plotly
    ``parcoords`` in WebGL with 500 and 200 lines, Vega-Lite, Plotly SVG scatter lines) on a page of
    its own beside the importance chart, in Chromium.
@@ -355,36 +356,44 @@ def browser_starts(runs: Path, run_id: str) -> list[tuple[str, float]]:
 
 
 def browser_restart(runs: Path, run_id: str) -> list[tuple[str, float]]:
-    """The dashboard restarted, a browser that used it before: a browser profile kept on disk opens the
-    Monitor page on a server started as ``scripts/dashboard.sh`` starts it, once its warm-up finished;
-    the server is stopped and another started on the same port (a user's http://127.0.0.1:8501), and the
-    same profile, started again, opens the Monitor page, then the Individuals page, in one tab. What a
-    user who leaves a run going for days sees after restarting the dashboard: Streamlit's scripts come
-    from the browser's cache; the server is new."""
+    """The dashboard restarted under a browser that used it before. A browser (its profile kept on
+    disk) opens the Monitor page on a server started as ``scripts/dashboard.sh`` starts it; that server
+    is stopped and another started on the same port (a user's http://127.0.0.1:8501), and once its
+    warm-up finished the browser, still open, opens the Monitor page in a new tab, then the Individuals
+    page in that tab; last, the browser is closed and started again on the same profile and opens the
+    Monitor page. Streamlit's scripts come from the browser's cache; the server is new."""
     from playwright.sync_api import sync_playwright
 
     out, port = [], free_port()
     env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs))
+
+    def drawn(page, path: str, done: str) -> float:
+        t0 = time.perf_counter()
+        page.goto(f"{url}/{path}?run={run_id}")
+        page.wait_for_function(done, timeout=300_000)
+        return time.perf_counter() - t0
+
+    def browser(p, profile: str):
+        return p.chromium.launch_persistent_context(profile, executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS,
+                                                     viewport={"width": 1500, "height": 1200})
+
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
-        for visit in ("before", "after"):
+        context = browser(p, profile)
+        try:
             with streamlit_server(Path("app.py"), ROOT, env, serve=True, after_warm_up=True, port=port) as url:
-                context = p.chromium.launch_persistent_context(profile, executable_path="/usr/bin/chromium",
-                                                               args=CHROMIUM_FLAGS, viewport={"width": 1500, "height": 1200})
-                try:
-                    page = context.pages[0] if context.pages else context.new_page()
-                    t0 = time.perf_counter()
-                    page.goto(f"{url}/monitor?run={run_id}")
-                    page.wait_for_function(MONITOR_DRAWN, timeout=120_000)
-                    if visit == "after":
-                        out.append(("Chromium: Monitor after a restart of the dashboard, the browser's cache warm "
-                                    "(opened once the warm-up finished)", time.perf_counter() - t0))
-                        t0 = time.perf_counter()
-                        page.goto(f"{url}/individuals?run={run_id}")
-                        page.wait_for_function(CHARTS_DRAWN, timeout=300_000)
-                        out.append(("Chromium: then Individuals, until importance + parallel coordinates drawn",
-                                    time.perf_counter() - t0))
-                finally:
-                    context.close()
+                drawn(context.pages[0] if context.pages else context.new_page(), "monitor", MONITOR_DRAWN)
+            with streamlit_server(Path("app.py"), ROOT, env, serve=True, after_warm_up=True, port=port) as url:
+                tab = context.new_page()
+                out.append(("Chromium: Monitor after a restart of the dashboard, in a new tab of the browser left "
+                            "open (opened once the warm-up finished)", drawn(tab, "monitor", MONITOR_DRAWN)))
+                out.append(("Chromium: then Individuals, until importance + parallel coordinates drawn",
+                            drawn(tab, "individuals", CHARTS_DRAWN)))
+                context.close()
+                context = browser(p, profile)
+                out.append(("Chromium: Monitor on that server, the browser closed and started again (its cache on disk)",
+                            drawn(context.pages[0] if context.pages else context.new_page(), "monitor", MONITOR_DRAWN)))
+        finally:
+            context.close()
     return out
 
 
