@@ -20,6 +20,7 @@ import plotly.io as pio
 import streamlit as st
 
 from dashboard.static_preload import URL_ENV
+
 TRACES = frozenset({"scatter", "bar", "pie"})  # what the basic bundle registers
 
 # Streamlit calls the default export with each new ``data`` and the cleanup on unmount. Every chart
