@@ -62,16 +62,32 @@ def basic_url(bundle: Path) -> str:
     return f"./{BASIC_FOLDER}/plotly-basic.{hashlib.sha256(bundle.read_bytes()).hexdigest()[:16]}.js"
 
 
+# The import starts when the app opens its WebSocket to the server, not when the page loads: with an
+# empty browser cache, evaluating Plotly then (0.15 s of the main thread) delayed the connection by as
+# much, and the server's page run is what the browser waits for after it (benchmarks/MONITOR_RESULTS.md).
+# The WebSocket class is wrapped for that one construction and then given back.
+_SCRIPT = """    <script type="module" id="{mark}">
+      if ({pages}.includes(location.pathname.split("/").filter(Boolean).pop())) {{
+        const Native = window.WebSocket;
+        window.WebSocket = class extends Native {{
+          constructor(...args) {{
+            super(...args);
+            window.WebSocket = Native;
+            import({module});
+          }}
+        }};
+      }}
+    </script>
+"""
+
+
 def patched_index(html: str, module: str, pages: tuple[str, ...] = PLOTLY_PAGES) -> str:
     """``index.html`` with a module script, last in ``<head>``, that imports ``module`` (a URL relative
-    to the app's root) when the URL's last path segment is one of ``pages``. Relative URLs, as
-    Streamlit's own, so a base URL path works."""
+    to the app's root) as the app opens its WebSocket, when the URL's last path segment is one of
+    ``pages``. Relative URLs, as Streamlit's own, so a base URL path works."""
     if _MARK in html or "</head>" not in html:
         return html
-    script = (f'    <script type="module" id="{_MARK}">\n'
-              f'      if ({json.dumps(list(pages))}.includes(location.pathname.split("/").filter(Boolean).pop()))\n'
-              f'        import({json.dumps(module)});\n'
-              '    </script>\n')
+    script = _SCRIPT.format(mark=_MARK, pages=json.dumps(list(pages)), module=json.dumps(module))
     return html.replace("</head>", script + "  </head>", 1)
 
 
