@@ -13,6 +13,7 @@ AppTest, a figure with another trace type) it is ``st.plotly_chart``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from typing import Any
 
@@ -58,14 +59,23 @@ def served_url() -> str | None:
     return os.environ.get(URL_ENV) or None
 
 
+def _trace_types(fig: Any) -> set[str]:
+    """The trace types of a figure or of its JSON."""
+    if isinstance(fig, str):
+        return {t.get("type", "scatter") for t in json.loads(fig).get("data", [])}
+    return {t.type for t in fig.data}
+
+
 def chart(container: Any, fig: Any, key: str) -> None:
-    """Draw ``fig`` in ``container`` (``st`` or a column), without Plotly's logo in the mode bar: with
-    the basic bundle where it is served and has every trace type of ``fig``, else with ``st.plotly_chart``."""
+    """Draw ``fig`` (a Plotly figure, or its JSON as :func:`plotly.io.to_json` writes it) in
+    ``container`` (``st`` or a column), without Plotly's logo in the mode bar: with the basic bundle
+    where it is served and has every trace type of ``fig``, else with ``st.plotly_chart``."""
     config = {"displaylogo": False}
     url = served_url()
-    if url is None or any(t.type not in TRACES for t in fig.data):
-        container.plotly_chart(fig, key=key, config=config)
+    if url is None or not _trace_types(fig) <= TRACES:
+        container.plotly_chart(pio.from_json(fig) if isinstance(fig, str) else fig, key=key, config=config)
         return
     config["responsive"] = True
+    figure = fig if isinstance(fig, str) else pio.to_json(fig, validate=False)
     with contextlib.nullcontext() if container is st else container:  # `st` itself is no context manager
-        _mount()(key=key, data={"figure": pio.to_json(fig, validate=False), "config": config, "src": url})
+        _mount()(key=key, data={"figure": figure, "config": config, "src": url})

@@ -2,19 +2,17 @@
 
 The pages open the newest run when no other is chosen (:func:`dashboard.ui.pick_run`). Reading it
 -- its generations, lethal causes and last population, its 320,000 individuals into DuckDB, the gene
-importance of no filter -- and building the Monitor's figures once (Plotly validates each property
-path the first time a process uses it) cost a first visit 0.1-0.3 s on the Monitor page and about 1 s
-on the Individuals page of a 5,000 x 64 run (benchmarks/MONITOR_RESULTS.md, 2026-12-02). Done here,
-the pages find their caches filled: the same cached functions, with the same arguments.
+importance of no filter -- and building the Monitor's figures (the JSON it sends, cached per run
+signature) cost a first visit 0.1-0.3 s on the Monitor page and about 1 s on the Individuals page of a
+5,000 x 64 run (benchmarks/MONITOR_RESULTS.md, 2026-12-02). Done here, the pages find their caches
+filled: the same cached functions, with the same arguments.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
-import plotly.io as pio
-
-from dashboard import charts, data, live, ui
+from dashboard import live, ui
 from dashboard import individuals as IX
 from dashboard.runs import all_runs
 from dashboard.settings import read_ahead
@@ -37,13 +35,10 @@ def steps(runs: Path) -> list[Callable[[], None]]:
 
     def monitor() -> None:
         key, sig = str(folder), ui.signature(folder)
+        live.run_charts_json(key, sig, False)
         gens = ui.generations(key, sig)
-        figures = list(live.run_charts(gens, ui.lethal_causes(key, sig), False, data.champion_changes(gens)).values())
         if not gens.empty:
-            latest = int(gens["generation"].max())
-            figures.append(charts.pareto(data.pareto_points(ui.individuals(key, latest, sig)), latest))
-        for fig in figures:
-            pio.to_json(fig, validate=False)
+            live.pareto_json(key, int(gens["generation"].max()), sig)
 
     def table() -> None:
         done["created"] = IX.run_identity(folder)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, data, live, plotly_basic, ui
+from dashboard import data, live, plotly_basic, ui
 from dashboard import launch as L
 from dashboard.settings import LIVE_STATUSES, refresh_seconds, runs_dir
 from store.control import read_control, write_control
@@ -134,7 +134,7 @@ def body() -> None:
         live.devices_panel(folder, gens)
     wall = st.session_state.get("x_wall", False)
     changes = data.champion_changes(gens)
-    figures = live.run_charts(gens, ui.lethal_causes(str(folder), sig), wall, changes)
+    figures = live.run_charts_json(str(folder), sig, wall)
     for pair in (("chart_fitness", "chart_time_memory"), ("chart_lethal", "chart_diversity")):
         for column, key in zip(st.columns(2), pair):
             plotly_basic.chart(column, figures[key], key)
@@ -148,8 +148,7 @@ def body() -> None:
     badge = live.noisy_badge(gens, gen)
     if badge:
         st.badge(badge, icon=":material/warning:", color="orange")
-    inds = ui.individuals(str(folder), gen, sig if gen == latest else ())
-    plotly_basic.chart(st, charts.pareto(data.pareto_points(inds), gen), "chart_pareto")
+    plotly_basic.chart(st, live.pareto_json(str(folder), gen, sig if gen == latest else ()), "chart_pareto")
     live.champion_timeline(run_id, changes)
 
 

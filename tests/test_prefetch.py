@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from dashboard import importance, nav, prefetch, ui
+from dashboard import importance, live, nav, prefetch, ui
 from dashboard import individuals as IX
 from dashboard.static_preload import URL_ENV
 from dashboard.synthetic import build_run
@@ -56,6 +56,7 @@ def test_the_pages_find_what_the_read_ahead_read(runs, monkeypatch):
     generations = count_calls(monkeypatch, reader.RunReader, "generations")
     tables = count_calls(monkeypatch, queries.IndividualsTable, "__init__")
     fits = count_calls(monkeypatch, importance, "gene_importance")
+    built = count_calls(monkeypatch, live, "run_charts")
     # The Individuals page opened on the default (newest) run: table and importance from the caches.
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
@@ -63,9 +64,13 @@ def test_the_pages_find_what_the_read_ahead_read(runs, monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     assert any(c.proto.id.endswith("-chart_parallel") for c in at.get("plotly_chart"))
     assert not tables and not fits
-    # The Monitor page too: its generations were read ahead with the same signature.
+    # The Monitor page too: its generations and its charts were read ahead with the same signature.
     at.switch_page("pages/monitor.py").run()
-    assert not at.exception and not generations
+    assert not at.exception and not generations and not built
+    assert len([c for c in at.get("plotly_chart") if c.proto.id.endswith(("-chart_fitness", "-chart_pareto"))]) == 2
+    # With the x-axis in wall-clock time the charts are other charts: built once.
+    at.toggle(key="x_wall").set_value(True).run()
+    assert not at.exception and len(built) == 1
     # A filter the read-ahead did not compute is computed, as before.
     at.switch_page("pages/individuals.py").run()
     at.multiselect(key="ind_status").set_value(["ok"]).run()
