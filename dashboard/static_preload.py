@@ -5,8 +5,8 @@ after a new tab navigates; evaluating it then takes about 0.8 s of the browser's
 the first chart can draw (benchmarks/MONITOR_RESULTS.md). An element of the page cannot start it
 sooner: the page's deltas arrive together. So ``python -m dashboard.serve`` serves Streamlit's own
 ``index.html`` with one more module script, after Streamlit's entry module, that imports the same
-chunk (the same URL, so the browser evaluates it once) while the app is still connecting, on the
-pages that draw charts only.
+chunk (the same URL, so the browser evaluates it once) as the app opens its WebSocket, while the server
+runs the page, on the pages that draw charts only.
 
 Where the repository holds plotly.js's basic bundle (``npm ci`` puts it in ``node_modules``), the
 served folder also holds a copy of it, named by its content, and ``index.html`` imports that instead:

@@ -188,6 +188,8 @@ def test_launch_watch_pause_stop_diff_export(server, tmp_path):
             basic = usable_bundle(BASIC_BUNDLE) is not None
             assert any("/abebot/plotly-basic." in n for n in loaded) == basic, loaded
             assert any("/PlotlyChart." in n for n in loaded) == (not basic), loaded
+            # The import waited for the app's WebSocket (dashboard.static_preload), and gave the class back.
+            assert page.evaluate("WebSocket.toString().includes('[native code]')")
             assert page.locator('[data-testid="stMain"] .js-plotly-plot .modebar').count() >= 5
 
             # Headline metrics and the run picker are not cut off at 1280 px.

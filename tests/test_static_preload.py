@@ -31,6 +31,8 @@ def test_the_index_imports_the_chunk_after_streamlits_entry_on_the_chart_pages_o
     script = re.search(r'<script type="module" id="abebot-plotly-preload">(.*?)</script>', html, re.S).group(1)
     assert html.index("index.X1.js") < html.index("abebot-plotly-preload") < html.index("</head>")
     assert 'import("./static/js/PlotlyChart.Ab_9-z.js")' in script
+    # Imported as the app opens its WebSocket (the class wrapped for that one construction), not before.
+    assert script.index("super(...args)") < script.index("window.WebSocket = Native;") < script.index("import(")
     pages = json.loads(re.search(r"(\[.*?\])\.includes", script).group(1))
     assert pages == list(sp.PLOTLY_PAGES)
     assert sp.patched_index(html, "./static/js/PlotlyChart.Ab_9-z.js") == html  # once
