@@ -31,7 +31,9 @@ from pathlib import Path
 # The url paths (dashboard.nav.PAGES) of the pages that draw Plotly charts.
 PLOTLY_PAGES = ("monitor", "individuals", "benchmark", "runs")
 BASIC_BUNDLE = Path(__file__).resolve().parent.parent / "node_modules" / "plotly.js-basic-dist-min" / "plotly-basic.min.js"
-BASIC_FOLDER = "abebot"  # the served folder's own files, beside Streamlit's
+# The served folder's own files, beside Streamlit's bundles under ``static/``: served as they are,
+# like them (Streamlit gzips other paths afresh on every request: 45 ms of its event loop for this one).
+BASIC_FOLDER = "static/abebot"
 # Set by install when the server serves the bundle, for the pages (dashboard.plotly_basic): its URL.
 URL_ENV = "ABEBOT_PLOTLY_BASIC_URL"
 _CHUNK = re.compile(r"PlotlyChart\.[A-Za-z0-9_-]+\.js")
@@ -91,6 +93,14 @@ def patched_index(html: str, module: str, pages: tuple[str, ...] = PLOTLY_PAGES)
     return html.replace("</head>", script + "  </head>", 1)
 
 
+def _link_children(source: Path, target: Path, but: tuple[str, ...] = ()) -> None:
+    """``target`` (made) with a symbolic link to each entry of ``source`` except those named in ``but``."""
+    target.mkdir(exist_ok=True)
+    for entry in source.iterdir():
+        if entry.name not in but:
+            (target / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+
+
 def preloading_static_dir(static_dir: Path, cache: Path, basic: Path | None = None) -> Path | None:
     """A folder in ``cache`` that mirrors ``static_dir`` (links) with the patched ``index.html`` and,
     given ``basic`` (plotly.js's basic bundle), a copy of it at :func:`basic_url`; made once per
@@ -111,10 +121,9 @@ def preloading_static_dir(static_dir: Path, cache: Path, basic: Path | None = No
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=cache))  # renamed whole: never seen half made
     try:
-        for entry in static_dir.iterdir():
-            if entry.name != "index.html":
-                (tmp / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+        _link_children(static_dir, tmp, but=("index.html", "static") if basic is not None else ("index.html",))
         if basic is not None:
+            _link_children(static_dir / "static", tmp / "static")
             (tmp / module).parent.mkdir()
             shutil.copyfile(basic, tmp / module)
         (tmp / "index.html").write_text(patched, encoding="utf-8")

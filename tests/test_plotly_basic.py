@@ -12,7 +12,7 @@ from dashboard.plotly_basic import TRACES, URL_ENV
 from dashboard.synthetic import build_run
 
 ROOT = Path(__file__).resolve().parents[1]
-URL = "./abebot/plotly-basic.0123456789abcdef.js"
+URL = "./static/abebot/plotly-basic.0123456789abcdef.js"
 
 
 def three_charts():

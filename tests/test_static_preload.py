@@ -100,9 +100,12 @@ def test_with_the_basic_bundle_the_folder_serves_a_copy_named_by_content_and_the
     stock, cache, bundle = _static(tmp_path), tmp_path / "cache", _bundle(tmp_path)
     served = sp.preloading_static_dir(stock, cache, bundle)
     url = sp.basic_url(bundle)
-    assert re.fullmatch(r"\./abebot/plotly-basic\.[0-9a-f]{16}\.js", url)
+    assert re.fullmatch(r"\./static/abebot/plotly-basic\.[0-9a-f]{16}\.js", url)
     copy = served / url
     assert copy.read_bytes() == BUNDLE and not copy.is_symlink()  # a reinstall under node_modules cannot change it
+    # Beside Streamlit's own bundles, which stay links, under the path Streamlit serves without gzip.
+    assert url.startswith("./static/") and not (served / "static").is_symlink() and (served / "static" / "js").is_symlink()
+    assert sorted(p.name for p in (served / "static" / "js").iterdir()) == sorted(p.name for p in (stock / "static" / "js").iterdir())
     index = (served / "index.html").read_text()
     assert f"import({json.dumps(url)})" in index and "PlotlyChart" not in index  # one Plotly per tab, not two
     assert sp.preloading_static_dir(stock, cache, None) != served  # Streamlit's chunk: a folder of its own
