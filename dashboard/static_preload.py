@@ -65,9 +65,9 @@ def basic_url(bundle: Path) -> str:
 
 
 # The import starts when the app opens its WebSocket to the server, not when the page loads: with an
-# empty browser cache, evaluating Plotly then (0.15 s of the main thread) delayed the connection by as
-# much, and the server's page run is what the browser waits for after it (benchmarks/MONITOR_RESULTS.md).
-# The WebSocket class is wrapped for that one construction and then given back.
+# empty browser cache Plotly's evaluation (0.15 s of the main thread) came before the connection; now it
+# overlaps the server's run of the page (benchmarks/MONITOR_RESULTS.md). The WebSocket class is wrapped
+# for that one construction and then given back.
 _SCRIPT = """    <script type="module" id="{mark}">
       if ({pages}.includes(location.pathname.split("/").filter(Boolean).pop())) {{
         const Native = window.WebSocket;
