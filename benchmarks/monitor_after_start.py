@@ -58,6 +58,37 @@ def first_pages(p, url: str, run_id: str) -> list[float]:
         browser.close()
 
 
+def newest_run(runs: Path, generations: int, population: int) -> str:
+    """The id of ``runs``' newest run (the one the dashboard's warm-up reads ahead), made first if there
+    is none."""
+    from dashboard import prefetch
+    from dashboard.synthetic import build_run
+
+    runs.mkdir(parents=True, exist_ok=True)
+    folder = prefetch.newest_run(runs)
+    return folder.name if folder else build_run(runs, generations, population)
+
+
+def round_line(name: str, i: int, got: list[float]) -> str:
+    """One round's seconds of :data:`ROWS`, in ms, with the machine's load."""
+    return (f"{name:6s} round {i + 1}: " + " / ".join(f"{t * 1e3:,.0f}" for t in got)
+            + f" ms (1-minute load {os.getloadavg()[0]:.1f})")
+
+
+def table(times: dict[str, list[list[float]]], headings: dict[str, str]) -> str:
+    """A Markdown table of every round's ms of :data:`ROWS` and their median, one pair of columns per
+    ``times`` key, headed by ``headings`` (key: heading)."""
+    lines = ["| page | " + " | ".join(f"{h} (ms) | median" for h in headings.values()) + " |",
+             "|---|" + "---|---:|" * len(headings)]
+    for k, row in enumerate(ROWS):
+        cells = []
+        for name in headings:
+            got = [r[k] * 1e3 for r in times[name]]
+            cells += [" / ".join(f"{t:,.0f}" for t in got), f"{statistics.median(got):,.0f}"]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs-dir", type=Path, required=True)
@@ -67,12 +98,7 @@ def main() -> int:
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
-    from dashboard.synthetic import build_run
-    from store.runs import list_runs
-
-    args.runs_dir.mkdir(parents=True, exist_ok=True)
-    runs = list_runs(args.runs_dir)
-    run_id = runs[0]["run_id"] if runs else build_run(args.runs_dir, 5000, 64)
+    run_id = newest_run(args.runs_dir, 5000, 64)
     env = dict(os.environ, ABEBOT_RUNS_DIR=str(args.runs_dir))
     times: dict[str, list[list[float]]] = {"before": [], "after": []}
     with ExitStack() as stack, sync_playwright() as p:
@@ -83,19 +109,12 @@ def main() -> int:
                 with streamlit_server(Path("app.py"), trees[name], env, serve=True, after_warm_up=True) as url:
                     time.sleep(1)
                     times[name].append(first_pages(p, url, run_id))
-                print(f"{name:6s} round {i + 1}: " + " / ".join(f"{t * 1e3:,.0f}" for t in times[name][-1])
-                      + f" ms (1-minute load {os.getloadavg()[0]:.1f})", flush=True)
+                print(round_line(name, i, times[name][-1]), flush=True)
     revs = {name: subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True
                                  ).stdout.strip() if ref else "this working tree"
             for name, ref in (("before", args.before), ("after", args.after))}
     print(f"\nrun {run_id}; before = {revs['before']}, after = {revs['after']}")
-    print("| page | before (ms) | median | after (ms) | median |\n|---|---|---:|---|---:|")
-    for k, row in enumerate(ROWS):
-        cells = []
-        for name in ("before", "after"):
-            got = [r[k] * 1e3 for r in times[name]]
-            cells += [" / ".join(f"{t:,.0f}" for t in got), f"{statistics.median(got):,.0f}"]
-        print(f"| {row} | " + " | ".join(cells) + " |")
+    print(table(times, {"before": "before", "after": "after"}))
     return 0
 
 

@@ -7,8 +7,8 @@ the page's elements and charts drawn). For each round and each runs folder, a fr
 started as ``scripts/dashboard.sh`` starts it (``python -m dashboard.serve``), and once it has said its
 warm-up finished (plus 1 s), a fresh headless Chromium opens the pages of
 :func:`monitor_after_start.first_pages` on that folder's newest run. The folders alternate server by
-server, so both see the same machine load. A folder with no run gets a synthetic one of
-``--generations`` x ``--population`` (:func:`dashboard.synthetic.build_run`).
+server, so both see the same machine load. A folder with no run gets a synthetic one
+(:func:`dashboard.synthetic.build_run`): 5,000 x 64 for ``--long``, 30 x 8 for ``--short``.
 
     python benchmarks/monitor_run_size.py --long /tmp/mr5000 --short /tmp/mr30 [--rounds 5]
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,18 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from monitor_after_start import ROWS, first_pages  # noqa: E402
+from monitor_after_start import first_pages, newest_run, round_line, table  # noqa: E402
 from monitor_render import streamlit_server  # noqa: E402
-
-
-def newest_run(runs: Path, generations: int, population: int) -> str:
-    """The id of ``runs``' newest run, made first if there is none."""
-    from dashboard.synthetic import build_run
-    from store.runs import list_runs
-
-    runs.mkdir(parents=True, exist_ok=True)
-    listed = list_runs(runs)
-    return listed[0]["run_id"] if listed else build_run(runs, generations, population)
 
 
 def main() -> int:
@@ -56,16 +45,9 @@ def main() -> int:
                 with streamlit_server(Path("app.py"), ROOT, env, serve=True, after_warm_up=True) as url:
                     time.sleep(1)
                     times[name].append(first_pages(p, url, run_id))
-                print(f"{name:5s} round {i + 1}: " + " / ".join(f"{t * 1e3:,.0f}" for t in times[name][-1])
-                      + f" ms (1-minute load {os.getloadavg()[0]:.1f})", flush=True)
+                print(round_line(name, i, times[name][-1]), flush=True)
     print(f"\nlong: {runs['long'][1]} in {args.long}; short: {runs['short'][1]} in {args.short}")
-    print("| page | long run (ms) | median | short run (ms) | median |\n|---|---|---:|---|---:|")
-    for k, row in enumerate(ROWS):
-        cells = []
-        for name in ("long", "short"):
-            got = [r[k] * 1e3 for r in times[name]]
-            cells += [" / ".join(f"{t:,.0f}" for t in got), f"{statistics.median(got):,.0f}"]
-        print(f"| {row} | " + " | ".join(cells) + " |")
+    print(table(times, {"long": "long run", "short": "short run"}))
     return 0
 
 
