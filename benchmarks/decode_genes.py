@@ -6,7 +6,7 @@
 Reads the individuals ``benchmarks/gpu_runs.py`` saved for each run
 (``<out>/<run_id>.individuals.csv.gz``: generation, genome_hash, genome JSON, status, fitness,
 time_us, ...; by default every such file under ``benchmarks/gpu_raw``). For each run it flattens
-the genomes into one column per gene (:func:`core.operators.flat_genes`: a map gene gives one
+the genomes into one column per gene (:func:`core.search.operators.flat_genes`: a map gene gives one
 column per key), then calls :func:`dashboard.importance.gene_importance` -- scikit-learn's
 permutation importance of a random forest on held-out rows, the Individuals page's method -- on
 two targets: ``fitness`` (what the GA selected on) and ``log time_us`` of the ok rows (the
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.genome import Genome  # noqa: E402
-from core.operators import flat_genes  # noqa: E402
+from core.search.operators import flat_genes  # noqa: E402
 from dashboard.importance import gene_importance  # noqa: E402
 
 SUFFIX = ".individuals.csv.gz"

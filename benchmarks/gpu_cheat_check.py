@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.check import Checker  # noqa: E402
+from core.tools.check import Checker  # noqa: E402
 
 # The entry contract of rmsnorm x cuda (README, "Bring your own kernel"): bf16 as raw 16-bit words.
 BASE = r"""

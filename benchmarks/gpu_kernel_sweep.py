@@ -9,7 +9,7 @@ a GPU), with the harness's baselines timed in the same process, and the bytes th
 move over the time give the share of the measured copy roofline.
 
 With ``--rounds N`` the variants go through the GA's own protocol instead (any backend, the CPU's
-included): one sandboxed evaluator (``core.check.Checker``, holding the device lock as ``core
+included): one sandboxed evaluator (``core.tools.check.Checker``, holding the device lock as ``core
 check`` does) verifies each on every shape and times it as the GA does (CUDA graphs for launches
 too short for events, poisoned and permuted inputs, checked timed launches); each round times the
 baselines again and then every variant, in a shuffled order, and the table gives the median over
@@ -107,7 +107,7 @@ def genomes(space, args) -> list[tuple[str, object]]:
 
 def protocol_sweep(args) -> int:
     """``--rounds``: every variant and baseline through the GA's protocol, rounds interleaved."""
-    from core.check import Checker, device_lock
+    from core.tools.check import Checker, device_lock
 
     hold_device, _busy = device_lock()
     runs = Path(args.runs_dir)

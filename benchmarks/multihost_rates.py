@@ -1,7 +1,7 @@
 """Single-host rates that size a multi-host run (docs/multihost.md): the GA's own time per generation
 and the DuckDB writer's commit time, with evaluation taken out.
 
-The real worker loop (:class:`core.worker.RunWorker`: GA step, scoring, Pareto ranks, diversity,
+The real worker loop (:class:`core.run.worker.RunWorker`: GA step, scoring, Pareto ranks, diversity,
 the commit, the live/ Parquet mirror, the heartbeat) runs against a stand-in evaluator that renders
 every genome with the real template (so kernel sources, and so the rows written, have their real
 size) and answers at once with a plausible measurement. What is left is the part that stays in one
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.config import RunConfig, validate  # noqa: E402
-from core.contract import _device  # noqa: E402  (the simulated device the entry contract is written for)
+from core.tools.contract import _device  # noqa: E402  (the simulated device the entry contract is written for)
 from core.evaluation.record import Evaluation  # noqa: E402
 
 
@@ -82,7 +82,7 @@ class InstantEvaluator:
 
 def measure(workload: str, backend: str, population: int, generations: int, runs: Path) -> dict:
     import core.evaluation.evaluator as ev
-    from core.worker import RunWorker
+    from core.run.worker import RunWorker
     from store.writer import RunWriter
 
     cfg = validate(RunConfig(workload=workload, backend=backend, population=population, generations=generations,

@@ -143,7 +143,7 @@ def write_report(res, opts, soak, path: Path) -> None:
            f"process and by {_per_individual(longest['rss_per_1000_late'], opts.population)} kB over its second "
            f"half, against {sum(logical.values()) / inds / 1e3:.1f} kB of data per individual. The worker holds "
            "in memory the hash of every genome of the run, so that none is evaluated twice, and the measures "
-           "of the population only (`core/known.py`); a committed measure is read back from the database when "
+           "of the population only (`core/search/known.py`); a committed measure is read back from the database when "
            f"needed. Those hashes take {known_per_genome:.0f} bytes per genome (tracemalloc, this run's genomes). "
            "The rest is not attributed here. Without evaluation the GA loop and the writer grow more slowly than the data, or not at all "
            "(`benchmarks/multihost_rates.py` prints the RSS slope of the loop with a stand-in evaluator; "
@@ -161,10 +161,10 @@ def write_report(res, opts, soak, path: Path) -> None:
 
 def _known_bytes(con) -> float:
     """Bytes per genome of what a worker keeps of every genome of the run: the hashes in its
-    :class:`core.known.KnownMeasures` (built as a resumed worker builds it, with nothing held)."""
+    :class:`core.search.known.KnownMeasures` (built as a resumed worker builds it, with nothing held)."""
     import tracemalloc
 
-    from core.known import KnownMeasures
+    from core.search.known import KnownMeasures
 
     tracemalloc.start()
     try:  # the hashes are read inside the trace: the worker's set owns its strings

@@ -1,8 +1,8 @@
 """``python -m core``: run, resume, list and export evolutions from the shell.
 
 Bad input (unknown workload or backend, population < 2, bad weights, a missing or corrupt run, an
-unavailable backend, a problem too big for the device's memory (``core/bounds.py``), a device another
-run holds (``core/devicelock.py``)) prints one line on stderr and exits with status 2 before anything
+unavailable backend, a problem too big for the device's memory (``core/run/bounds.py``), a device another
+run holds (``core/run/device_lock.py``)) prints one line on stderr and exits with status 2 before anything
 is written.
 """
 from __future__ import annotations
@@ -139,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from store.writer import RunWriter
 
     cfg = config_from_args(args)
-    from core.diskspace import parse_bytes
+    from core.run.disk_space import parse_bytes
 
     try:  # a bad disk threshold is bad input: refused before the run folder is written
         parse_bytes(os.environ.get("ABEBOT_MIN_FREE_BYTES", "") or "0")
@@ -153,7 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         n_devices = len(devices)
         if cfg.device >= n_devices:
             raise UsageError(f"backend {cfg.backend!r} has {n_devices} device(s); --device {cfg.device} does not exist")
-        from core.bounds import check_fits
+        from core.run.bounds import check_fits
 
         check_fits(cfg, devices[cfg.device])  # ProblemTooBig (exit 2) before anything is written
         run_slots(cfg)  # UsageError (exit 2) for devices this machine does not have
@@ -162,7 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     target = run_dir(runs_dir, run_id)
     if target.exists():
         raise UsageError(f"run {run_id!r} already exists in {runs_dir}")
-    from core.warm_start import WarmStartError, check
+    from core.run.warm_start import WarmStartError, check
 
     try:  # the runs to start from exist and evolved the same workload on the same backend
         check(runs_dir, cfg.start_from, cfg.workload, cfg.backend)
@@ -189,7 +189,7 @@ def run_slots(cfg: RunConfig) -> list:
 @contextlib.contextmanager
 def hold_devices(runs_dir: Path, cfg: RunConfig, holder: str):
     """The device lock of every device the run evaluates on (DeviceBusy, exit 2, for one taken)."""
-    from core.devicelock import hold_device
+    from core.run.device_lock import hold_device
 
     with contextlib.ExitStack() as stack:
         for index in sorted({slot.index for slot in run_slots(cfg)} if not cfg.cluster else ()):
@@ -198,7 +198,7 @@ def hold_devices(runs_dir: Path, cfg: RunConfig, holder: str):
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from core.bounds import check_fits
+    from core.run.bounds import check_fits
     from store.writer import RunWriter
 
     runs_dir = Path(args.runs_dir)
@@ -232,7 +232,7 @@ def _finished(target: Path) -> str | None:
 
 
 def _work(writer, cfg: RunConfig, target: Path, runs_dir: Path) -> int:
-    from core.worker import RunWorker
+    from core.run.worker import RunWorker
 
     try:
         return RunWorker(writer, cfg, target, runs_dir, echo=lambda line: print(line, flush=True)).run()
@@ -285,7 +285,7 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from core.export import export_champions
+    from core.tools.export import export_champions
 
     target = existing_run(args)
     out = export_champions(target, Path(args.out), which=args.which, k=args.k)
@@ -294,7 +294,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from core.bench import bench_champion, format_table
+    from core.tools.bench import bench_champion, format_table
 
     target = existing_run(args)
     if not 1 <= args.rounds <= 100:
@@ -317,8 +317,8 @@ COMMANDS = {"run": cmd_run, "bench": cmd_bench, "resume": cmd_resume, "runs": cm
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the kernel is ``ok``, 1 when it is rejected; bad input raises (exit 2)."""
-    from core.check import EXIT_OK, EXIT_REJECTED, check_kernel, format_report
-    from core.contract import contract_text
+    from core.tools.check import EXIT_OK, EXIT_REJECTED, check_kernel, format_report
+    from core.tools.contract import contract_text
 
     if args.contract is not None:
         if len(args.contract) > 2:

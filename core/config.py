@@ -92,6 +92,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     """
     from core.backends import BACKENDS
     from core.workloads import get_workload
+    from store.runs import RUN_ID_RE
 
     for f in fields(cfg):
         value, meta = getattr(cfg, f.name), f.metadata
@@ -132,12 +133,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"cluster must be a scheduler address such as tcp://host:8786, or local:N (got {cfg.cluster!r})")
     if cfg.cluster and cfg.devices:
         raise ConfigError("devices and cluster exclude each other: on a cluster, each Dask worker is one device")
-    from core.warm_start import WarmStartError, run_ids
-
-    try:
-        run_ids(cfg.start_from)
-    except WarmStartError as exc:
-        raise ConfigError(str(exc)) from None
+    for rid in (s.strip() for s in cfg.start_from.split(",")):  # run ids, never paths (core/run/warm_start.py)
+        if rid and not RUN_ID_RE.match(rid):
+            raise ConfigError(f"start_from: {rid!r} is not a run id (letters, digits, '-' and '_')")
     if cfg.elites >= cfg.population:
         raise ConfigError(f"elites ({cfg.elites}) must be fewer than the population ({cfg.population}): "
                           f"raise the population to {cfg.elites + 1} or more, or lower elites")

@@ -16,7 +16,7 @@ A gene may not apply in some contexts (an OpenMP schedule on one thread, a lane 
 tensor-core path ignores): the space's *canonicalisers* set such genes to a fixed value, so that
 genomes which compile to the same kernel are the same genome, with the same hash
 (:meth:`GeneSpace.canonical`). New genomes come canonical from :meth:`GeneSpace.random`,
-:meth:`GeneSpace.seed_genomes` and :func:`core.operators.make_valid`.
+:meth:`GeneSpace.seed_genomes` and :func:`core.search.operators.make_valid`.
 """
 from __future__ import annotations
 

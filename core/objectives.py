@@ -2,7 +2,7 @@
 
 The seed adds ``1/time`` and ``1/bytes`` raw, which mixes units so its weights mean nothing. Here
 each objective's *term* is a ratio against the library baseline measured in the same process
-(:mod:`core.retiming`), so that larger is always better and 1.0 means "as good as the library":
+(:mod:`core.search.retiming`), so that larger is always better and 1.0 means "as good as the library":
 
 * time      = reference time / candidate time    (1.0 = as fast as the library, 2.0 = twice as fast)
 * memory    = baseline bytes / candidate bytes   (1.0 = same footprint as the library)
@@ -10,7 +10,7 @@ each objective's *term* is a ratio against the library baseline measured in the 
   (1 - timing IQR / median) and error margin (tolerance left unused), in [0, 1]
 
 ``fitness = sum(w_o * term_o) / sum(w_o)`` over the objectives of the run's weights (see
-:mod:`core.fitness`); a lethal candidate has fitness 0. Raw measurements are always stored beside
+:mod:`core.search.fitness`); a lethal candidate has fitness 0. Raw measurements are always stored beside
 the terms, and the Pareto ranking uses the raw measurements, each turned into "smaller is better"
 by its :attr:`Objective.direction`.
 

@@ -69,7 +69,7 @@ DISAGREE_REL = 0.10  # re-measured speed-up vs the run's: beyond this the two ar
 def bench_warnings(bench: dict | None, run_baseline: dict | None, run_champion: dict | None) -> list[str]:
     """What to distrust in a re-measurement (``bench.json``): rounds that disagree with each other
     (spread over the median above the noisy threshold) and a speed-up that disagrees with the run's."""
-    from core.retiming import NOISY_REL_SPREAD
+    from core.search.retiming import NOISY_REL_SPREAD
 
     if not bench:
         return []

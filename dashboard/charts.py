@@ -5,7 +5,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.retiming import NOISY_REL_SPREAD
+from core.search.retiming import NOISY_REL_SPREAD
 
 BLUE, GREY, RED, GREEN, ORANGE = "#2563eb", "#94a3b8", "#dc2626", "#16a34a", "#ea580c"
 CAUSE_COLOURS = {"compile_error": "#7c3aed", "resource_exceeded": "#ea580c", "wrong_result": "#dc2626",

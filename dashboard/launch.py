@@ -20,9 +20,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from core.bounds import check_fits
+from core.run.bounds import check_fits
 from core.config import FIELDS, ConfigError, RunConfig
-from core.devicelock import device_holder
+from core.run.device_lock import device_holder
 from core.objectives import OBJECTIVES
 from dashboard.runs import all_runs, load_json
 from dashboard.settings import REPO_ROOT
@@ -237,7 +237,7 @@ def busy_reason(runs: Path, backend: str, device: int | list[int], last_launch_a
 
     Refuses a second click within a few seconds of a launch, a run this dashboard started that is
     still alive on the device, the device's lock held by any run, bench or check
-    (:mod:`core.devicelock`: ``cuda`` and ``triton`` share a GPU's lock), and any run whose
+    (:mod:`core.run.device_lock`: ``cuda`` and ``triton`` share a GPU's lock), and any run whose
     heartbeat says it is running or paused there.
     """
     if last_launch_at is not None and time.time() - last_launch_at < DOUBLE_CLICK_S:

@@ -74,7 +74,7 @@ WARM_UP_THREAD = "warm-up"
 # What the pages import between them, cheapest first; scikit-learn (about 1 s of CPU) last.
 WARM_MODULES = (
     "pandas", "pyarrow.parquet", "duckdb", "plotly.graph_objects", "plotly.subplots", "plotly.io",
-    "store.reader", "store.control", "store.queries", "core.backends", "core.config", "core.export",
+    "store.reader", "store.control", "store.queries", "core.backends", "core.config", "core.tools.export",
     "dashboard.charts", "dashboard.data", "dashboard.live", "dashboard.ui", "dashboard.launch", "dashboard.devices",
     "dashboard.genomes", "dashboard.importance", "dashboard.individuals", "dashboard.benchmark",
     "dashboard.checkkernel", "dashboard.manage",

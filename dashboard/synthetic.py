@@ -11,7 +11,7 @@ import random
 import time
 from pathlib import Path
 
-from core.fitness import score
+from core.search.fitness import score
 from core.genome import Genome
 from core.objectives import default_weights
 from store.runs import new_run_id

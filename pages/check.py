@@ -20,7 +20,7 @@ workload = c1.selectbox("Workload", list(WORKLOADS), key="check_workload")
 backend = c2.selectbox("Backend", list(get_workload(workload).templates), key="check_backend")
 device = int(c3.number_input("Device", min_value=0, value=0, step=1, key="check_device"))
 with st.expander("The entry contract (what the kernel must look like)"):
-    from core.contract import contract_text
+    from core.tools.contract import contract_text
 
     st.markdown(contract_text(workload, backend))
 upload = st.file_uploader("Kernel source", type=["c", "cu", "cuh", "py", "txt"], key="check_file")

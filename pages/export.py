@@ -5,7 +5,7 @@ import time
 
 import streamlit as st
 
-from core.export import export_champions, export_zip
+from core.tools.export import export_champions, export_zip
 from dashboard import ui
 from store.reader import RunReader
 from store.schema import StoreError

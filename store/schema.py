@@ -46,7 +46,7 @@ _INDIVIDUALS_HEAD = _cols(
     "cause VARCHAR, fitness DOUBLE, time_us DOUBLE, time_spread_us DOUBLE, memory_bytes BIGINT,"
     "extra_bytes BIGINT, onchip_bytes BIGINT, stability DOUBLE"
 )
-# Version 2, re-timing (core/retiming.py): ``time_us`` is the median of ``time_samples_us`` (every
+# Version 2, re-timing (core/search/retiming.py): ``time_us`` is the median of ``time_samples_us`` (every
 # timing of the genome in the run, a JSON list kept as text); ``remeasured``: an elite timed again.
 # The checked protocol: ``phases`` (seconds per phase, JSON text), the three parts of stability, and
 # ``shape_errors`` (the worst error on each verification shape, JSON text).
@@ -108,7 +108,7 @@ GENERATIONS = _cols(
 # Columns added after version 1, per table, in table order (see the module docstring).
 # Version 3: each device's baseline in the generation (slot -> time of the primary), JSON text.
 _GENERATIONS_V3 = _cols("baseline_devices VARCHAR")
-# Version 5: the run-level reference the time term divides (core/retiming.py, ``with_reference``): the
+# Version 5: the run-level reference the time term divides (core/search/retiming.py, ``with_reference``): the
 # median of every generation's ``baseline_time_us`` up to and including this one.
 _GENERATIONS_V5 = _cols("baseline_reference_us DOUBLE")
 GENERATIONS = GENERATIONS + _GENERATIONS_V3 + _GENERATIONS_V5

@@ -220,7 +220,7 @@ class RunWriter:
     def baseline_times(self, through: int | None = None) -> list[float]:
         """Every committed generation's baseline time (``baseline_time_us``, µs), in generation order,
         up to ``through`` when given; generations without one (runs from before re-timing) are left
-        out. A resumed run rebuilds its run-level reference from these (core/retiming.py)."""
+        out. A resumed run rebuilds its run-level reference from these (core/search/retiming.py)."""
         sql = "SELECT baseline_time_us FROM generations WHERE baseline_time_us IS NOT NULL"
         params: list = []
         if through is not None:

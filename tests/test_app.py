@@ -717,7 +717,7 @@ def test_the_exported_zip_has_a_readme_requirements_and_the_shape_warning(popula
     import io
     import zipfile
 
-    from core.export import export_zip
+    from core.tools.export import export_zip
 
     runs, run_id = populated
     names = zipfile.ZipFile(io.BytesIO(export_zip(runs / run_id))).namelist()
@@ -1061,7 +1061,7 @@ def test_a_live_run_cannot_be_archived_or_deleted(runs, live_run):
 
 
 def test_check_page_runs_core_check_under_the_device_lock(runs):
-    from core.devicelock import hold_device
+    from core.run.device_lock import hold_device
 
     source = (ROOT / "tests" / "cheats" / "gemm_write_after_output.c").read_bytes()
     at = app("check")

@@ -95,3 +95,76 @@ def test_the_scan_flags_name_tests_and_spares_declarations():
     assert scan('class T:\n    backend = "cuda"\n    templates = {"c": "m.c", "cuda": "m.cu"}') == []
     assert scan('out = {"c": (m, n)}\ny = d["c"]\nt = torch.empty(4, device="cuda")') == []
     assert scan('if name == "a":\n    pass') == []
+
+
+# -- the layers: no import runs back up ------------------------------------------------------------
+LAYERS = (
+    ("store",),                                 # leaf: one folder per run, DuckDB, Parquet mirrors
+    ("core.genome", "core.objectives"),         # ground: the gene-space language, objectives as data
+    ("core.backends",),                         # c, cuda, triton, their runtimes and arrays
+    ("core.workloads",),                        # problems, references, templates and kernels
+    ("core.config",),                           # run settings, validated against the registries
+    ("core.evaluation",),                       # render -> compile -> verify -> time, in the sandbox
+    ("core.search",),                           # the GA: operators, selection, fitness, re-timing
+    ("core.run",),                              # one run's process: worker, warm start, locks, bounds
+    ("core.tools",),                            # check, contract, bench, export
+    ("core.cli", "core.__main__", "dashboard", "pages", "app"),
+)
+PROJECT = ("core", "store", "dashboard", "pages", "app")
+
+
+def layer(module: str) -> int | None:
+    """The index in LAYERS of ``module`` (the longest matching prefix wins), None outside them."""
+    best: tuple[int, int] | None = None
+    for index, group in enumerate(LAYERS):
+        for prefix in group:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    return None if best is None else best[0]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def upward_imports(path: Path) -> list[str]:
+    """Every import in ``path``, at module level or inside a function, of a higher layer."""
+    own = layer(module_name(path))
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            target = layer(name)
+            if name.split(".")[0] in PROJECT and None not in (own, target) and target > own:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: imports {name} ({LAYERS[target][0]} layer)")
+    return found
+
+
+def test_no_import_runs_back_up_a_layer():
+    offences = [line for path in scanned_files() + sorted((ROOT / "core" / "backends").rglob("*.py"))
+                for line in upward_imports(path)]
+    assert not offences, "a lower layer imports a higher one:\n" + "\n".join(offences)
+
+
+def test_the_layer_scan_sees_imports_inside_functions(tmp_path, monkeypatch):
+    fake = ROOT / "core" / "backends" / "_layer_probe.py"
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: "def f():\n    from core.search.ga import step\n"
+                        if self == fake else Path.read_bytes(self).decode())
+    assert upward_imports(fake) == ["core/backends/_layer_probe.py:2: imports core.search.ga.step (core.search layer)"]
+
+
+def test_core_root_holds_only_the_ground_and_the_entry_points():
+    modules = sorted(p.name for p in (ROOT / "core").glob("*.py"))
+    assert len(modules) <= 8, modules
+
+
+def test_no_module_is_over_400_lines():
+    long = [f"{p.relative_to(ROOT)}: {n} lines" for top in ("core", "store", "dashboard", "pages")
+            for p in sorted((ROOT / top).rglob("*.py")) if (n := len(p.read_text().splitlines())) > 400]
+    assert not long, "split these by concept:\n" + "\n".join(long)

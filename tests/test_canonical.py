@@ -46,7 +46,7 @@ import pytest
 from core.backends import BACKENDS, availability, backend_class, make_backend
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, Genome, MapGene, SequenceGene, with_gene
-from core.operators import make_valid
+from core.search.operators import make_valid
 from core.workloads import WORKLOADS, get_workload
 from tests.test_conformance import NVCC, device, problems, template, workload
 

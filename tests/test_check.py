@@ -1,11 +1,11 @@
 """``python -m core check`` and the planted-cheat suite.
 
 Every cheat in ``tests/cheats/`` is a hand-written C kernel with the template's own signature that
-tries to look fast or right without being either. Each goes through :mod:`core.check` -- the seed's
+tries to look fast or right without being either. Each goes through :mod:`core.tools.check` -- the seed's
 rendered KernelSource with the cheat's text as its source, evaluated by the real sandboxed
 evaluator, exactly as ``python -m core check`` does -- and must be rejected with the right cause.
 
-To stay fast on a two-core runner, most checks share one started :class:`core.check.Checker` per
+To stay fast on a two-core runner, most checks share one started :class:`core.tools.check.Checker` per
 problem (one sandbox, baselines timed once); a few real ``python -m core check`` subprocesses test
 the exit codes and the JSON output, and bad input is tested in-process through ``core.cli.main``.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from core.backends import availability
-from core.check import Checker, format_report, rooflines
-from core.contract import contract, contract_pairs, contract_text
+from core.tools.check import Checker, format_report, rooflines
+from core.tools.contract import contract, contract_pairs, contract_text
 from core.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -334,7 +334,7 @@ def test_a_backend_not_available_here_is_bad_input(tmp_path, capsys):
 
 
 def test_a_busy_device_is_refused_with_exit_2(tmp_path, capsys):
-    from core.devicelock import hold_device
+    from core.run.device_lock import hold_device
 
     runs = tmp_path / "runs"
     with hold_device(runs, "c", 0, "run held-by-test"):

@@ -7,8 +7,8 @@ import pytest
 
 from core.config import RunConfig
 from core.config import ConfigError
-from core.fitness import crowding_distance, normalised_weights, objectives, pareto_ranks, score
-from core.ga import GAContext, initial_population, rng_from_json, rng_state_to_json, step, summarise
+from core.search.fitness import crowding_distance, normalised_weights, objectives, pareto_ranks, score
+from core.search.ga import GAContext, initial_population, rng_from_json, rng_state_to_json, step, summarise
 from tests.test_genome import toy_space
 
 

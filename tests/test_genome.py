@@ -7,7 +7,7 @@ import random
 import pytest
 
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, diff, with_gene
-from core.operators import crossover, crossover_sequence, make_valid, mutate
+from core.search.operators import crossover, crossover_sequence, make_valid, mutate
 
 SEQ = SequenceGene("main_loop", required=("LDG", "FFMA", "STG"), optional=("SYNC", "PREFETCH"),
                    before=(("LDG", "FFMA"), ("FFMA", "STG")))

@@ -1,12 +1,12 @@
 """What the sandbox and the CLI keep apart: memory, files, the compile cache and the device.
 
-* a problem too big for the device's memory is refused before anything is written (core/bounds.py);
+* a problem too big for the device's memory is refused before anything is written (core/run/bounds.py);
 * the CPU sandbox runs with file-size, address-space and CPU-time limits in an empty working
   directory of its own (core/evaluation/sandbox.py), and a kernel that hits a limit is lethal while
   the run goes on;
 * a cached artefact is used only when the SHA-256 recorded beside it matches (core/backends/cache.py);
 * one run per device: run, resume and bench take the device's lock, and the dashboard asks it
-  (core/devicelock.py).
+  (core/run/device_lock.py).
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_the_launch_form_refuses_the_same_problem():
 
 def test_the_bound_counts_every_case_the_evaluator_holds():
     from core.backends.base import DeviceInfo
-    from core.bounds import GiB, HEADROOM, OVERHEAD, problem_need_bytes
+    from core.run.bounds import GiB, HEADROOM, OVERHEAD, problem_need_bytes
     from core.workloads import get_workload
 
     gemm = get_workload("gemm")
@@ -104,7 +104,7 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-HEADROOM_BYTES = (1 << 30) + _cores() * (128 << 20)  # as core.bounds.sandbox_limits allows per core
+HEADROOM_BYTES = (1 << 30) + _cores() * (128 << 20)  # as core.evaluation.limits.sandbox_limits allows per core
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +114,13 @@ def evaluator(tmp_path_factory):
     arena whenever threads contend, so a loaded machine reserves more), instead of the host's memory."""
     if C_UNAVAILABLE is not None:
         pytest.skip(f"C backend: {C_UNAVAILABLE}")
-    import core.bounds
+    import core.evaluation.limits
     from core.config import RunConfig
     from core.evaluation.evaluator import Evaluator
 
-    real = core.bounds.sandbox_limits
+    real = core.evaluation.limits.sandbox_limits
     mp = pytest.MonkeyPatch()
-    mp.setattr(core.bounds, "sandbox_limits", lambda backend, timeout_s: {**real(backend, timeout_s),
+    mp.setattr(core.evaluation.limits, "sandbox_limits", lambda backend, timeout_s: {**real(backend, timeout_s),
                                                                           "address_space_bytes": HEADROOM_BYTES})
     root = tmp_path_factory.mktemp("isolation")
     config = RunConfig.from_dict({"workload": "gemm", "backend": "c", "problem": {"m": 64, "n": 64, "k": 64},
@@ -326,7 +326,7 @@ def test_a_sidecar_checks_every_file_and_is_bound_to_its_key(tmp_path):
 
 # -- one run per device --------------------------------------------------------------------------
 def test_the_lock_key_is_the_physical_device(monkeypatch):
-    from core.devicelock import device_key
+    from core.run.device_lock import device_key
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert device_key("c", 0) == "cpu-0"
@@ -345,7 +345,7 @@ def _fake_run(runs: Path, run_id: str = "20260101-000000-gemm-c-lock") -> Path:
 
 @needs_c
 def test_a_second_run_on_the_same_device_is_refused(tmp_path):
-    from core.devicelock import DeviceBusy, device_holder, hold_device
+    from core.run.device_lock import DeviceBusy, device_holder, hold_device
     from dashboard import launch as L
 
     runs = tmp_path / "runs"
@@ -369,7 +369,7 @@ def test_a_second_run_on_the_same_device_is_refused(tmp_path):
 
 
 def test_cuda_and_triton_share_a_gpu_lock(tmp_path):
-    from core.devicelock import DeviceBusy, device_holder, hold_device
+    from core.run.device_lock import DeviceBusy, device_holder, hold_device
 
     with hold_device(tmp_path, "cuda", 0, "run A"):
         assert "run A" in device_holder(tmp_path, "triton", 0)
@@ -381,9 +381,9 @@ def test_cuda_and_triton_share_a_gpu_lock(tmp_path):
 
 
 def test_a_killed_holder_leaves_the_device_free(tmp_path):
-    from core.devicelock import device_holder, hold_device
+    from core.run.device_lock import device_holder, hold_device
 
-    script = ("import sys, time; sys.path.insert(0, sys.argv[1]); from core.devicelock import hold_device\n"
+    script = ("import sys, time; sys.path.insert(0, sys.argv[1]); from core.run.device_lock import hold_device\n"
               "with hold_device(sys.argv[2], 'c', 0, 'run doomed'):\n    print('held', flush=True); time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", script, str(ROOT), str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:

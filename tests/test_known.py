@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.known import KnownMeasures
-from core.worker import _compact, known_measures
+from core.search.known import KnownMeasures
+from core.run.worker import _compact, known_measures
 from dashboard.synthetic import build_run
 from store.writer import RunWriter
 

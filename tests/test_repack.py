@@ -313,8 +313,8 @@ def test_the_protocol_reports_the_repack_apart_and_counts_its_bytes(evaluated):
 
 
 def test_the_repack_time_is_stored_in_duckdb(evaluated, tmp_path):
-    from core.ga import Individual
-    from core.worker import _row
+    from core.search.ga import Individual
+    from core.run.worker import _row
     from store import RunReader, RunWriter, new_run_id
 
     rows = []

@@ -1,6 +1,6 @@
 """The baseline re-timed in every generation, elites re-timed, the champion by its median, --init.
 
-A fake evaluator and a fake baseline stand in for the sandbox (core/retiming.py, core/ga.py); the
+A fake evaluator and a fake baseline stand in for the sandbox (core/search/retiming.py, core/search/ga.py); the
 real CPU end-to-end checks are in tests/test_run_resume.py.
 """
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from core.config import RunConfig
-from core.ga import GAContext, Individual, _evaluate_and_score, initial_population, step, summarise
-from core.known import KnownMeasures
-from core.retiming import (NOISY_REL_SPREAD, baseline_summary, combine, describe, measure_generation, remeasured,
+from core.search.ga import GAContext, Individual, _evaluate_and_score, initial_population, step, summarise
+from core.search.known import KnownMeasures
+from core.search.retiming import (NOISY_REL_SPREAD, baseline_summary, combine, describe, measure_generation, remeasured,
                            time_samples, with_reference)
 from store import RunReader, RunWriter, new_run_id
 from store.schema import SCHEMA_VERSION, columns
@@ -205,7 +205,7 @@ def test_the_reference_falls_back_to_the_generations_own_baseline_and_leaves_mem
 
 
 def _commit(w, g, pop, ctx):
-    from core.worker import _row
+    from core.run.worker import _row
 
     w.commit_generation(g, [_row(g, i) for i in pop], [], {**summarise(pop), **baseline_summary(ctx.baseline)},
                         {"baseline": dict(ctx.baseline)})
@@ -216,7 +216,7 @@ def test_a_kernel_first_timed_in_a_slow_baseline_generation_does_not_outrank_a_f
                                                                                            monkeypatch):
     """The H200 run: a 24.0 µs kernel first measured when the baseline timed 104 µs was the champion
     over an 18.9 µs one first measured when it timed 45 µs."""
-    import core.ga as ga
+    import core.search.ga as ga
 
     if not with_reference_on:  # what the run did before: every term against its own generation's baseline
         monkeypatch.setattr(ga, "with_reference", lambda baseline, history: dict(baseline))
@@ -301,7 +301,7 @@ def test_a_kernel_dropped_while_the_reference_stood_high_does_not_outrank_faster
 def test_a_resumed_run_keeps_the_reference_history(tmp_path):
     """Stopped after generation 3 and resumed: the reference goes on over every generation's baseline,
     as in the run that never stopped."""
-    from core.worker import RunWorker, known_measures
+    from core.run.worker import RunWorker, known_measures
 
     def run(name, generations, resume_from=None):
         cfg = RunConfig(population=6, generations=generations, elites=2, seed=4, weights={"time": 1.0})
@@ -421,7 +421,7 @@ def test_every_selection_retimes_exactly_its_elites(selection):
 
 
 def score_of(ind, ctx) -> float:
-    from core.fitness import score
+    from core.search.fitness import score
 
     return score(ind.measure, ctx.baseline, ctx.config.weights).fitness
 
@@ -438,7 +438,7 @@ def test_a_failed_remeasurement_makes_the_elite_lethal():
 
 
 def test_a_resumed_population_is_rescored_against_its_own_generations_baseline():
-    from core.worker import _rebuild
+    from core.run.worker import _rebuild
 
     history, genomes, fake = lucky_run(retiming=True)
     pop = history[-1]
@@ -457,8 +457,8 @@ def test_a_committed_measure_is_kept_compact_with_the_same_row_and_score():
     import dataclasses
 
     from core.evaluation.record import Evaluation
-    from core.fitness import score
-    from core.worker import _compact, _row
+    from core.search.fitness import score
+    from core.run.worker import _compact, _row
 
     genome = toy_space().seed_genomes()[0]
     ev = Evaluation(genome_hash="k1", status="ok", time_us=12.5, time_spread_us=0.4, memory_bytes=4096, extra_bytes=96,

@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from core.backends import availability
-from core.diskspace import DiskGuard, disk_full, parse_bytes
+from core.run.disk_space import DiskGuard, disk_full, parse_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(availability("c") is not None, reason=f"no C backend: {availability('c')}")
@@ -98,7 +98,7 @@ def test_enospc_at_commit_pauses_then_commits_the_generation_once(tmp_path, monk
     if not _can_fallocate(tmp_path):
         pytest.skip("this filesystem cannot fallocate")
     from core.config import RunConfig, validate
-    from core.worker import RunWorker
+    from core.run.worker import RunWorker
     from store.reader import RunReader
     from store.writer import RunWriter
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from core.export import export_champions, export_zip
+from core.tools.export import export_champions, export_zip
 from store import (RunReader, RunWriter, StoreError, list_runs, new_run_id, read_control, run_dir,
                    write_control)
 from store.runs import RUN_ID_RE

@@ -34,6 +34,12 @@ def _gemm(dtype: str = "bfloat16"):
     return wl, problem, template.render(template.gene_space().seeds[0])
 
 
+def _launches(backend, problem):
+    from core.evaluation.aot import workload_launches
+
+    return workload_launches("gemm", backend.name, problem, backend.device)
+
+
 def _entries(folder: Path) -> set[str]:
     return {p.name for p in (folder / "triton").iterdir()}
 
@@ -42,14 +48,14 @@ def test_compiled_ahead_and_found_again(backend, tmp_path):
     from core.backends import triton_aot
 
     wl, problem, kernel = _gemm()
-    artifact = backend.precompile(backend.compile(kernel, tmp_path), "gemm", problem, 1)
+    artifact = backend.precompile(backend.compile(kernel, tmp_path), _launches(backend, problem), 1)
     assert f"{len(wl.shapes(problem))} shapes" in artifact.log
     first = _entries(tmp_path)
     assert any(name for name in first)  # Triton filed the compiled kernels
     cubins = list((tmp_path / "triton").rglob("*.cubin"))
     assert cubins and all(c.stat().st_size > 1000 for c in cubins)
     triton_aot.shutdown()  # a fresh compile process: it must find every kernel in the cache
-    backend.precompile(backend.compile(kernel, tmp_path), "gemm", problem, 1)
+    backend.precompile(backend.compile(kernel, tmp_path), _launches(backend, problem), 1)
     assert _entries(tmp_path) == first
 
 
@@ -57,4 +63,4 @@ def test_kernel_that_does_not_compile_is_a_compile_error(backend, tmp_path):
     _, problem, kernel = _gemm()
     broken = kernel.__class__(**{**kernel.__dict__, "source": kernel.source.replace("tl.dot(", "tl.dott(", 1)})
     with pytest.raises(CompileError, match="dott"):
-        backend.precompile(backend.compile(broken, tmp_path), "gemm", problem, 1)
+        backend.precompile(backend.compile(broken, tmp_path), _launches(backend, problem), 1)

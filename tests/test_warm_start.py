@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core import warm_start
+from core.run import warm_start
 from core.backends import availability
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -208,9 +208,10 @@ class Backend(ABC):
     def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
         """Compile (thread-safe; cached in ``cache_dir`` by :func:`source_hash`)."""
 
-    def precompile(self, artifact: Artifact, workload: str, problem: dict, workers: int) -> Artifact:
+    def precompile(self, artifact: Artifact, launches: Any, workers: int) -> Artifact:
         """Compile what only the real call determines (Triton specialises on argument types and
-        sizes) for ``workload``'s shapes of ``problem`` and this device's target, before the sandbox
+        sizes) for every launch ``launches(load)`` yields (``core.evaluation.aot.workload_launches``:
+        one per shape of the problem) and this device's target, before the sandbox
         launches the artifact; ``workers`` bounds the processes it may use. Raises CompileError.
         The default compiles nothing: ``compile`` produced the final artefact."""
         return artifact

@@ -97,7 +97,7 @@ class TritonBackend(Backend):
         cache.record(cache_dir, key, {path.name: hashlib.sha256(data).hexdigest()})
         return log
 
-    def precompile(self, artifact: Artifact, workload: str, problem: dict, workers: int) -> Artifact:
+    def precompile(self, artifact: Artifact, launches, workers: int) -> Artifact:
         """Compile every launch of the module for the device's target in the compile processes of
         :mod:`core.backends.triton_aot`; the sandbox's JIT then loads them from Triton's cache."""
         from dataclasses import asdict
@@ -106,7 +106,7 @@ class TritonBackend(Backend):
 
         t0 = time.perf_counter()
         try:
-            done = triton_aot.precompile(artifact.path, workload, self.name, problem, asdict(self.device), workers)
+            done = triton_aot.precompile(artifact.path, self.name, launches, asdict(self.device), workers)
         except RuntimeError as exc:
             raise CompileError(str(exc)) from None
         seconds = time.perf_counter() - t0

@@ -4,7 +4,7 @@ compile processes (GA side), so that the sandbox's first launch finds them in Tr
 Triton compiles a ``@triton.jit`` function only once it sees the real call: the argument types, the
 integers equal to 1 or divisible by 16, the pointers aligned to 16 bytes. A compile process
 therefore binds the kernel exactly as the sandbox will -- the workload's tensors of every shape
-the protocol launches, the template's ``bind`` -- but on CPU tensors of the same sizes and
+the protocol launches, the template's ``bind``, handed in by ``core.evaluation.aot`` -- but on CPU tensors of the same sizes and
 alignment, with Triton's active driver replaced by one that only names the target (``sm_90``...)
 and every launch turned into a compile (``warmup=True``). Triton files the result under a key of
 the source, the specialisation, the options and the compiler's version, so the sandbox's JIT,
@@ -39,15 +39,16 @@ def target_arch(arch: str) -> int:
     return int(m.group(1))
 
 
-def precompile(module_path: str, workload: str, backend: str, problem: dict, device: dict, workers: int) -> dict:
-    """Compile every launch of the module at ``module_path`` for every shape of ``problem``.
+def precompile(module_path: str, backend: str, launches, device: dict, workers: int) -> dict:
+    """Compile every launch of the module at ``module_path`` that ``launches(load)`` yields (one
+    per shape: :func:`core.evaluation.aot.workload_launches`).
 
     Returns ``{"launches": n, "seconds": s}``; raises RuntimeError with Triton's message when a
     kernel does not compile (the caller reports it as the candidate's compile error).
     """
     cache = triton_cache_dir(Path(module_path).parent)
     result = _pool(workers, cache, target_arch(device.get("arch", ""))).submit(
-        _compile_module, module_path, workload, backend, problem, device).result()
+        _compile_module, module_path, backend, launches, device).result()
     if "error" in result:
         raise RuntimeError(result["error"])
     return result
@@ -126,34 +127,33 @@ def compile_only(arch: int) -> None:
     JITFunction.run = compile_only
 
 
-def _compile_module(module_path: str, workload: str, backend: str, problem: dict, device: dict) -> dict:
+def _compile_module(module_path: str, backend: str, launches, device: dict) -> dict:
     import sys
 
-    import torch
-
-    from core.backends.base import Artifact, CompileError, DeviceInfo
-    from core.backends.torch_arrays import torch_dtype
+    from core.backends.base import Artifact, CompileError
     from core.backends.triton import load_module
-    from core.workloads import get_workload
 
     t0 = time.perf_counter()
-    wl = get_workload(workload)
-    template = wl.template(backend, problem, DeviceInfo.from_dict(device, backend))
-    launches = 0
+    loaded: list = []
+
+    def load():
+        loaded.append(load_module(Artifact(backend, "aot", "", module_path)))
+        return loaded[-1]
+
+    count = 0
     COMPILED.clear()
-    for shape in wl.shapes(problem):
-        tensors = {t.name: torch.empty(t.shape(shape), dtype=torch_dtype(t.dtype_in(problem)))
-                   for t in wl.tensors(problem)}
-        kernel = load_module(Artifact(backend, "aot", "", module_path))
-        try:
-            template.bind(kernel, tensors, shape)()
-        except CompileError as exc:
-            return {"error": str(exc)}
-        except Exception as exc:  # the module's own launch code failed: the sandbox would fail the same way
-            return {"error": f"{type(exc).__name__} while compiling for shape {shape}: {exc}"}
-        finally:
+    try:
+        for shape, launch in launches(load):
+            try:
+                launch()
+            except CompileError as exc:
+                return {"error": str(exc)}
+            except Exception as exc:  # the module's own launch code failed: the sandbox would fail the same way
+                return {"error": f"{type(exc).__name__} while compiling for shape {shape}: {exc}"}
+            count += 1
+    finally:
+        for kernel in loaded:
             sys.modules.pop(kernel.module.__name__, None)
-        launches += 1
     limit = int(device.get("shared_mem_per_block") or 0)
     for handle in COMPILED:  # the sandbox's load would refuse it: say so here, without a GPU
         shared = int(getattr(handle.metadata, "shared", 0) or 0)
@@ -161,4 +161,4 @@ def _compile_module(module_path: str, workload: str, backend: str, problem: dict
             return {"error": f"OutOfResources: out of resource: shared memory, Required: {shared}, Hardware limit: {limit} "
                              f"(kernel {handle.metadata.name})"}
     COMPILED.clear()
-    return {"launches": launches, "seconds": time.perf_counter() - t0}
+    return {"launches": count, "seconds": time.perf_counter() - t0}

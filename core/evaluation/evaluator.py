@@ -22,6 +22,7 @@ from typing import Any, Callable
 from core.backends.base import Artifact, Backend, CompileError, KernelSource
 from core.config import RunConfig
 from core.evaluation import devices
+from core.evaluation.aot import workload_launches
 from core.evaluation.pool import SandboxPool
 from core.evaluation.record import Evaluation, first_error_line, one_line, trim_log
 from core.evaluation.timing import TIMING_TARGET_S
@@ -85,6 +86,7 @@ class Evaluator:
 
         self.compile_dir.mkdir(parents=True, exist_ok=True)
         self.backend = make_backend(self.config.backend, self.config.device)
+        self._launches = workload_launches(self.config.workload, self.config.backend, self.problem, self.backend.device)
         slots = devices.plan(self.backend.device_kind, self.config.backend, self.config.devices, self.config.device,
                              len(self.backend.devices()))
         device = devices.slot_device(self.backend.device, devices.set_size(slots))
@@ -155,7 +157,7 @@ class Evaluator:
         self.close()
 
     def _spec(self) -> dict:
-        from core.bounds import sandbox_limits  # the CPU sandbox's rlimits (core/evaluation/sandbox.py applies them)
+        from core.evaluation.limits import sandbox_limits  # the CPU sandbox's rlimits (core/evaluation/sandbox.py applies them)
 
         return {"server": "core.evaluation.protocol:Protocol", "backend": self.config.backend,
                 "workload": self.config.workload, "problem": self.problem,
@@ -303,7 +305,7 @@ class Evaluator:
         t0 = time.perf_counter()
         try:
             artifact = self.backend.compile(kernel, self.compile_dir)
-            artifact = self.backend.precompile(artifact, self.config.workload, self.problem, self._workers())
+            artifact = self.backend.precompile(artifact, self._launches, self._workers())
             return artifact, time.perf_counter() - t0, None
         except CompileError as exc:
             return None, time.perf_counter() - t0, trim_log(str(exc)) or "compile failed (no log)"

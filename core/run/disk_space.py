@@ -1,6 +1,6 @@
 """Free space for a run: the threshold below which a run pauses, and telling a full disk from other errors.
 
-The worker (:mod:`core.worker`) asks :class:`DiskGuard` before every generation and every commit.
+The worker (:mod:`core.run.worker`) asks :class:`DiskGuard` before every generation and every commit.
 ``$ABEBOT_MIN_FREE_BYTES`` sets the threshold (``0`` turns the check off, leaving only the ENOSPC
 retry); ``$ABEBOT_DISK_POLL_S`` how often a paused run looks again.
 """

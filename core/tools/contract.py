@@ -15,7 +15,7 @@ import textwrap
 from typing import Any, Callable
 
 from core.backends.base import DeviceInfo, KernelSource
-from core.check import CheckInputError, _fmt_shape, _jsonable, seed_kernel
+from core.tools.check import CheckInputError, _fmt_shape, _jsonable, seed_kernel
 
 # The devices the contract is printed for, on any machine (so README's copy does not depend on where it was made).
 SIMULATED = {

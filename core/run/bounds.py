@@ -1,5 +1,5 @@
-"""What a run may use: the memory a problem needs (checked before anything is written) and the
-limits the CPU sandbox runs under.
+"""What a run may use: the memory a problem needs (checked before anything is written) against the
+memory the evaluator's sandbox may use (its limits: ``core/evaluation/limits.py``).
 
 **The memory bound.** The sandboxed evaluator (``core/evaluation/protocol.py``) holds several
 *cases* of the problem at once: the rotated timing cases (``timing_case_count``: at least 2, up to
@@ -25,17 +25,13 @@ available): make it smaller".
 from __future__ import annotations
 
 import functools
-import math
-import os
-from pathlib import Path
 from typing import Any
 
 from core.config import ConfigError
+from core.evaluation.limits import GiB, host_available_bytes
 
-GiB = 1 << 30
 HEADROOM = 1.25  # beyond the estimate: the baselines' own buffers, allocator slack
 OVERHEAD = {"cpu": GiB // 2, "gpu": GiB}  # the process itself: interpreter and libraries, CUDA context
-FILE_SIZE_BYTES = 64 << 20  # kernels have no reason to write files at all
 
 
 class ProblemTooBig(ConfigError):
@@ -62,42 +58,6 @@ def available_bytes(device: Any, device_kind: str) -> int:
     if device_kind == "cpu":
         return host_available_bytes()
     return int(device.memory_bytes or 0)
-
-
-def host_available_bytes() -> int:
-    """The host's ``MemAvailable``, no more than a cgroup's memory limit minus its usage (0 if unknown)."""
-    available = 0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
-                break
-    except (OSError, ValueError, IndexError):
-        pass
-    if not available:
-        try:
-            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            available = 0
-    cgroup = _cgroup_headroom()
-    if cgroup is not None:
-        available = min(available, cgroup) if available else cgroup
-    return max(0, int(available))
-
-
-def _cgroup_headroom() -> int | None:
-    """limit - usage of this process's cgroup (v2, then v1); None when there is no limit."""
-    for limit_file, usage_file in (("memory.max", "memory.current"),
-                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
-        try:
-            raw = Path("/sys/fs/cgroup", limit_file).read_text().strip()
-            if raw == "max" or not raw.isdigit() or int(raw) >= 1 << 60:  # v1 writes a huge number for "none"
-                continue
-            usage = int(Path("/sys/fs/cgroup", usage_file).read_text().strip() or 0)
-            return max(0, int(raw) - usage)
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 def check_fits(cfg: Any, device: Any = None) -> None:
@@ -135,27 +95,3 @@ def _devices(backend: str) -> tuple:
 def _gib(n: float) -> str:
     value = n / GiB
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
-
-
-# -- the sandbox's limits ------------------------------------------------------------------------
-def sandbox_limits(backend: Any, timeout_s: float) -> dict:
-    """The ``limits`` of the sandbox spec (``core/evaluation/sandbox.py`` applies them); empty on a GPU.
-
-    * ``address_space_bytes``: address space the evaluator may map once its server is built
-      (RLIMIT_AS = what is mapped then + this): the host's available memory plus room for what
-      threads reserve and never touch (stacks, malloc arenas). Never on a GPU: CUDA maps huge ranges.
-    * ``cpu_seconds``: CPU time one request may use (RLIMIT_CPU, re-armed before each request):
-      twice what the watchdog's longest request (a baseline: ``max(120, 4 x timeout)`` seconds of
-      wall time) can use on every core, plus a minute, so the watchdog always acts first.
-    * ``file_size_bytes``: largest file the sandbox may grow (RLIMIT_FSIZE), 64 MiB.
-    """
-    if backend.device_kind != "cpu":
-        return {}
-    try:
-        cores = len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    longest = max(120.0, 4.0 * float(timeout_s))
-    return {"address_space_bytes": host_available_bytes() + 2 * GiB + cores * (128 << 20),
-            "cpu_seconds": int(math.ceil(2 * longest * cores)) + 60,
-            "file_size_bytes": FILE_SIZE_BYTES}

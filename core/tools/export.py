@@ -89,7 +89,7 @@ def requirements_text(backend: str) -> str:
     """A requirements.txt for the exported kernels, pinned to the versions AbeBot itself pins."""
     pins = {}
     try:
-        for line in (Path(__file__).resolve().parent.parent / "requirements.txt").read_text().splitlines():
+        for line in (Path(__file__).resolve().parents[2] / "requirements.txt").read_text().splitlines():
             name = line.split("==")[0].strip()
             if "==" in line and not line.lstrip().startswith("#"):
                 pins[name] = line.strip()

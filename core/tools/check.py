@@ -15,7 +15,7 @@ The result is a dict (:func:`check_kernel`, :class:`Checker`) and a plain-text r
 verification shape, the time against every baseline (median and spread), the one-time weight
 repack when the template made one (``repack_us``, timed apart) and the share of the roofline. What
 a kernel must look like for each workload x backend -- the *entry contract* -- is generated from the
-templates by :mod:`core.contract` (``python -m core check --contract``), so README's "Bring your own
+templates by :mod:`core.tools.contract` (``python -m core check --contract``), so README's "Bring your own
 kernel" cannot drift from the code.
 
 Bad input (unknown workload or backend, an unreadable file, bad JSON, a backend not available here,
@@ -126,10 +126,10 @@ def _no_lock(runs_dir: Any, backend: str, device: int, what: str) -> Iterator[No
 
 
 def device_lock() -> tuple[Callable, type]:
-    """(``hold_device``, ``DeviceBusy``) from :mod:`core.devicelock`; a lock that does nothing
+    """(``hold_device``, ``DeviceBusy``) from :mod:`core.run.device_lock`; a lock that does nothing
     (and an exception never raised) where that module is not there."""
     try:
-        from core.devicelock import DeviceBusy, hold_device
+        from core.run.device_lock import DeviceBusy, hold_device
     except ImportError:
         return _no_lock, type("NeverBusy", (Exception,), {})
     return hold_device, DeviceBusy
@@ -158,7 +158,7 @@ class Checker:
         except ConfigError as exc:
             raise CheckInputError(str(exc)) from None
         try:
-            from core.bounds import check_fits  # a problem too big for the device's memory is bad input
+            from core.run.bounds import check_fits  # a problem too big for the device's memory is bad input
         except ImportError:
             check_fits = None
         if check_fits is not None:

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.config import RunConfig
-from core.diskspace import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, gib as _gib
-from core.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
+from core.run.disk_space import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, gib as _gib
+from core.search.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
 from core.genome import Genome
-from core.known import KnownMeasures
-from core.retiming import baseline_summary, champion_figures, describe, time_samples
+from core.search.known import KnownMeasures
+from core.search.retiming import baseline_summary, champion_figures, describe, time_samples
 
 HEARTBEAT_EVERY_S = 5.0
 PAUSE_POLL_S = 0.5
@@ -194,8 +194,8 @@ class RunWorker:
         return run
 
     def _warm_start(self, ctx: GAContext) -> list[Genome]:
-        """The best genomes of the runs in ``start_from`` (:mod:`core.warm_start`), logged."""
-        from core import warm_start
+        """The best genomes of the runs in ``start_from`` (:mod:`core.run.warm_start`), logged."""
+        from core.run import warm_start
 
         folders = warm_start.check(self.runs_dir, self.config.start_from, self.config.workload, self.config.backend)
         start, skipped = warm_start.genomes(folders, ctx.space, warm_start.share(self.config.population))
@@ -222,7 +222,7 @@ class RunWorker:
             generation, state = last
             rng = rng_from_json(state["rng"])
             elapsed_before, evaluations_before = state["elapsed_s"], state["evaluations"]
-            # the run-level reference goes on from every committed generation's baseline (core/retiming.py)
+            # the run-level reference goes on from every committed generation's baseline (core/search/retiming.py)
             ctx.baseline_times = self.writer.baseline_times(through=generation)
             population = _rebuild(state["population"], ctx, state.get("baseline") or self.writer.baseline())
             n = len(ctx.baseline_times)
@@ -345,7 +345,7 @@ def _raise_interrupted(signum, frame):  # noqa: ARG001 - signal handler signatur
 def _rebuild(saved: list[dict], ctx: GAContext, baseline: dict | None) -> list[Individual]:
     """The committed population, rescored from stored measurements against its generation's
     baseline (nothing is measured, so the resumed run continues as if it had never stopped)."""
-    from core.ga import _score
+    from core.search.ga import _score
 
     pop = [Individual(Genome(s["genome"]), s["origin"], tuple(s["parents"])) for s in saved]
     missing = [i.hash for i in pop if i.hash not in ctx.known]

@@ -3,16 +3,16 @@
 ``step`` takes the evaluated population of generation g and returns that of generation g + 1:
 
 1. keep the elites (best fitness, unchanged genomes, whose time is measured again in every
-   generation: :mod:`core.retiming`);
+   generation: :mod:`core.search.retiming`);
 2. breed children from parents chosen by the configured selection -- the seed's top 10 %,
    tournament, or NSGA-II's binary tournament on (Pareto rank, crowding distance);
    crossover (one-point on sequences, uniform elsewhere), mutation, repair or rejection;
 3. skip genomes already evaluated in this run (a duplicate is never evaluated twice; if the
    space is exhausted a known genome is reused with its stored measurements);
 4. evaluate the new genomes (the evaluator compiles them in parallel) and re-time the elites,
-   with the baseline timed before, between and after them (:func:`core.retiming.measure_generation`);
+   with the baseline timed before, between and after them (:func:`core.search.retiming.measure_generation`);
 5. score everyone against the run-level reference -- the median of every generation's baseline so
-   far, this one's included (:func:`core.retiming.with_reference`) -- (an elite by the median of
+   far, this one's included (:func:`core.search.retiming.with_reference`) -- (an elite by the median of
    its timings), rank
    by Pareto dominance; with NSGA-II, parents and children compete for the places (mu + lambda
    survival) after the elites, which are kept by weighted fitness.
@@ -30,11 +30,11 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from core.config import RunConfig
-from core.fitness import crowding_distance, objectives, pareto_ranks, score
+from core.search.fitness import crowding_distance, objectives, pareto_ranks, score
 from core.genome import GeneSpace, Genome
-from core.known import KnownMeasures
-from core.operators import crossover, flat_genes, make_valid, mutate
-from core.retiming import champion_figures, first_measure, measure_generation, remeasured, unique, with_reference
+from core.search.known import KnownMeasures
+from core.search.operators import crossover, flat_genes, make_valid, mutate
+from core.search.retiming import champion_figures, first_measure, measure_generation, remeasured, unique, with_reference
 
 EvaluateFn = Callable[[Sequence[Genome]], list[dict]]
 
@@ -79,7 +79,7 @@ class GAContext:
     # the primary's median time (µs) of every generation's baseline in this run, in order: one entry per
     # generation measured (a resumed run reloads it from the store's generations table)
     baseline_times: list[float] = field(default_factory=list)
-    start: list[Genome] = field(default_factory=list)  # earlier runs' best (core.warm_start), after the seeds
+    start: list[Genome] = field(default_factory=list)  # earlier runs' best (core.run.warm_start), after the seeds
 
 
 def initial_population(ctx: GAContext, rng: random.Random) -> list[Individual]:

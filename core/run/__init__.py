@@ -1,0 +1,1 @@
+"""One run's process services: the worker, warm start, device lock, disk space, memory bounds."""

@@ -1,0 +1,1 @@
+"""The commands beyond a run: check, contract, bench, export."""
