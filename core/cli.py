@@ -317,7 +317,8 @@ COMMANDS = {"run": cmd_run, "bench": cmd_bench, "resume": cmd_resume, "runs": cm
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the kernel is ``ok``, 1 when it is rejected; bad input raises (exit 2)."""
-    from core.tools.check import EXIT_OK, EXIT_REJECTED, check_kernel, format_report
+    from core.tools.check import EXIT_OK, EXIT_REJECTED, check_kernel
+    from core.tools.check_result import format_report
     from core.tools.contract import contract_text
 
     if args.contract is not None:

@@ -261,3 +261,10 @@ def _scalar(value: Any, kind: pa.DataType) -> Any:
     if pa.types.is_boolean(kind):
         return bool(value)
     return str(value)
+
+
+def stored_terms(con: Any) -> tuple[str, ...]:
+    """The objective names of the individuals table's ``<name>_term`` columns, in table order."""
+    rows = con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'individuals' "
+                       "ORDER BY ordinal_position").fetchall()
+    return tuple(name[: -len("_term")] for (name,) in rows if name.endswith("_term"))

@@ -7,10 +7,8 @@ the worker dies between COMMIT and the Parquet write, :meth:`RunWriter.open` reb
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -22,20 +20,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from store.reader import live_parts
+from store.run_file import connect, lock, memory_limit, unlock
 from store.runs import (CONFIG, DB, HEARTBEAT, LIVE, LOCK, STATUSES, atomic_write_bytes, atomic_write_json,
                         fsync_dir, read_json, run_dir, this_process)
-from store.schema import SCHEMA_VERSION, StoreError, arrow_schema, ddl, migrate, select_list, term_names, to_arrow
+from store.schema import (SCHEMA_VERSION, StoreError, arrow_schema, ddl, migrate, select_list, stored_terms, term_names,
+                          to_arrow)
 
 log = logging.getLogger(__name__)
 _OWN_FIELDS = {"run_id", "pid", "host", "pid_start", "status", "message", "generation", "created_at", "updated_at"}
 COMPACT_EVERY = 64  # per-generation Parquet files merged into one chunk, so readers glob ~N/64 files
 KEEP_STATES = 4  # GA states kept (all genomes stay in ``individuals``; a state holds the RNG too)
-# DuckDB caches up to 80% of RAM by default, so over a 72-hour run the writer's memory grows with
-# the database (issue 10: 5.5 kB per individual). A fixed cap; DuckDB spills to disk beyond it.
-MEMORY_LIMIT_ENV = "ABEBOT_DUCKDB_MEMORY"
-MEMORY_LIMIT = "256MB"
-
-
 class RunWriter:
     """Writes one run. Holds ``worker.lock`` (flock) from create/open until :meth:`close`."""
 
@@ -47,7 +41,7 @@ class RunWriter:
         row = _one(con, "SELECT run_id, status, message, created_at FROM runs")
         self.run_id, self._status, self._message, self._created_at = row
         self._generation = _one(con, "SELECT max(generation) FROM generations")[0]
-        self.terms = _stored_terms(con)  # the run's objectives: its individuals table's <name>_term columns
+        self.terms = stored_terms(con)  # the run's objectives: its individuals table's <name>_term columns
         self._hb: dict[str, Any] = {}
         self._live_dirty = False
 
@@ -64,12 +58,12 @@ class RunWriter:
         if (path / DB).exists():
             raise StoreError(f"run {run_id} already exists at {path}")
         terms = term_names(config)
-        _memory_limit()  # a bad $ABEBOT_DUCKDB_MEMORY leaves no half-made run folder
+        memory_limit()  # a bad $ABEBOT_DUCKDB_MEMORY leaves no half-made run folder
         path.mkdir(parents=True, exist_ok=True)
-        lock_fd, _ = _lock(path, run_id)
+        lock_fd, _ = lock(path, run_id)
         try:
             atomic_write_json(path / CONFIG, config)
-            con = _connect(path / DB)
+            con = connect(path / DB)
             now = time.time()
             con.execute("BEGIN")
             con.execute(ddl(terms))
@@ -78,7 +72,7 @@ class RunWriter:
             con.execute("COMMIT")
             con.execute("CHECKPOINT")
         except BaseException:
-            _unlock(lock_fd)
+            unlock(lock_fd)
             raise
         writer = cls(path, con, lock_fd)
         writer._sync_live()
@@ -99,10 +93,10 @@ class RunWriter:
             raise StoreError(f"run {path.name}: config.json is missing or not valid JSON")
         if not (path / DB).is_file():
             raise StoreError(f"run {path.name}: run.duckdb is missing")
-        lock_fd, created_lock = _lock(path, path.name)
+        lock_fd, created_lock = lock(path, path.name)
         con = None
         try:
-            con = _connect(path / DB)
+            con = connect(path / DB)
             version = _one(con, "SELECT max(version) FROM schema_version")[0]
             if version is None or version > SCHEMA_VERSION:
                 raise StoreError(f"run {path.name}: run.duckdb has schema version {version}, expected {SCHEMA_VERSION}")
@@ -118,7 +112,7 @@ class RunWriter:
         except BaseException as exc:
             if con is not None:
                 con.close()
-            _unlock(lock_fd, path / LOCK if created_lock else None)
+            unlock(lock_fd, path / LOCK if created_lock else None)
             if isinstance(exc, duckdb.Error):
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise StoreError(f"run {path.name}: run.duckdb is corrupt or unreadable ({first})") from None
@@ -140,7 +134,7 @@ class RunWriter:
                 pass
             self._con.close()
             self._con = None
-            _unlock(self._lock_fd)
+            unlock(self._lock_fd)
 
     def __enter__(self) -> "RunWriter":
         return self
@@ -384,22 +378,6 @@ class RunWriter:
         self._compact(dataset)
 
 
-def _memory_limit() -> str:
-    """``$ABEBOT_DUCKDB_MEMORY`` (default :data:`MEMORY_LIMIT`), checked before any file is made."""
-    limit = os.environ.get(MEMORY_LIMIT_ENV, MEMORY_LIMIT)
-    try:
-        duckdb.connect(":memory:", config={"memory_limit": limit}).close()
-    except (duckdb.InvalidInputException, duckdb.ParserException) as exc:
-        raise StoreError(f"${MEMORY_LIMIT_ENV}={limit!r} is not a DuckDB memory limit (e.g. 256MB): "
-                         f"{str(exc).splitlines()[0]}") from None
-    return limit
-
-
-def _connect(db: Path) -> duckdb.DuckDBPyConnection:
-    """The run database, its cache capped at :func:`_memory_limit`."""
-    return duckdb.connect(str(db), config={"memory_limit": _memory_limit()})
-
-
 def write_parquet(path: Path, table: pa.Table) -> None:
     """Atomically replace ``path`` with ``table`` (temp name in the same folder, fsync, rename).
 
@@ -412,39 +390,7 @@ def write_parquet(path: Path, table: pa.Table) -> None:
     atomic_write_bytes(path, buf.getvalue().to_pybytes(), durable=True, fsync_folder=False)
 
 
-def _stored_terms(con: duckdb.DuckDBPyConnection) -> tuple[str, ...]:
-    """The objective names of the individuals table's ``<name>_term`` columns, in table order."""
-    rows = con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'individuals' "
-                       "ORDER BY ordinal_position").fetchall()
-    return tuple(name[: -len("_term")] for (name,) in rows if name.endswith("_term"))
-
-
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple | None:
     """The first row; fetchall so no result is left open (DuckDB 2 refuses new work on the connection then)."""
     rows = con.execute(sql, params or []).fetchall()
     return rows[0] if rows else None
-
-
-def _lock(path: Path, run_id: str) -> tuple[int, bool]:
-    """flock ``worker.lock``; StoreError naming the holder's pid when another process writes the run."""
-    lock = path / LOCK
-    created = not lock.exists()
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise StoreError(f"run {run_id} is already being written by pid {holder}") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd, created
-
-
-def _unlock(fd: int, remove: Path | None = None) -> None:
-    if remove is not None:
-        remove.unlink(missing_ok=True)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from core.backends import availability
-from core.tools.check import Checker, format_report, rooflines
+from core.tools.check import Checker
+from core.tools.check_result import format_report, rooflines
 from core.tools.contract import contract, contract_pairs, contract_text
 from core.cli import main
 

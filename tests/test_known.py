@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from core.search.known import KnownMeasures
-from core.run.worker import _compact, known_measures
+from core.run.rows import compact_measure, known_measures
 from dashboard.synthetic import build_run
 from store.writer import RunWriter
 
@@ -27,7 +27,7 @@ def measure(t: float) -> dict:
 
 def test_committed_measures_leave_memory_and_come_back_from_the_store():
     store = Store({})
-    known = KnownMeasures(store.evaluations, compact=_compact)
+    known = KnownMeasures(store.evaluations, compact=compact_measure)
     for i in range(10):
         known[f"g{i}"] = measure(float(i))
     store.rows = {f"g{i}": {"genome_hash": f"g{i}", **measure(float(i))} for i in range(10)}
@@ -55,7 +55,7 @@ def test_a_never_measured_genome_is_unknown_and_a_lost_row_says_so():
 
 def test_a_measure_the_store_did_not_get_stays_held():
     """Under nsga2 a child that lost its place is measured but never stored: it stays known."""
-    known = KnownMeasures(Store({}).evaluations, compact=_compact)
+    known = KnownMeasures(Store({}).evaluations, compact=compact_measure)
     known["loser"], known["survivor"] = measure(1.0), measure(2.0)
     known.committed(stored=["survivor"], keep=[])
     assert known.held == 1 and known["loser"]["time_us"] == 1.0 and "source" not in known["loser"]
@@ -69,8 +69,8 @@ def test_a_run_database_backs_the_worker_known_measures(tmp_path):
         known = known_measures(writer)
         assert known.held == 0 and set(known) == set(stored) and len(stored) > 4
         h = sorted(stored)[0]
-        assert known[h] == _compact(stored[h])
-        assert known.load(sorted(stored)[:3]) == {k: _compact(stored[k]) for k in sorted(stored)[:3]}
+        assert known[h] == compact_measure(stored[h])
+        assert known.load(sorted(stored)[:3]) == {k: compact_measure(stored[k]) for k in sorted(stored)[:3]}
         assert writer.evaluations([h, "never"]) == {h: stored[h]} and writer.evaluations([]) == {}
     finally:
         writer.close()

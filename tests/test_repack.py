@@ -314,13 +314,13 @@ def test_the_protocol_reports_the_repack_apart_and_counts_its_bytes(evaluated):
 
 def test_the_repack_time_is_stored_in_duckdb(evaluated, tmp_path):
     from core.search.ga import Individual
-    from core.run.worker import _row
+    from core.run.rows import individual_row
     from store import RunReader, RunWriter, new_run_id
 
     rows = []
     for genome, ev in zip(evaluated["genomes"], (evaluated["gptq"], evaluated["panels"])):
         ind = Individual(genome, "seed", measure=ev.to_dict(), fitness=1.0, terms={"time": 1.0})
-        rows.append(_row(0, ind))
+        rows.append(individual_row(0, ind))
     w = RunWriter.create(tmp_path, new_run_id("w4a16", "c"), {"workload": "w4a16", "backend": "c",
                                                               "weights": {"time": 1.0}})
     try:

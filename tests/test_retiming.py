@@ -205,9 +205,9 @@ def test_the_reference_falls_back_to_the_generations_own_baseline_and_leaves_mem
 
 
 def _commit(w, g, pop, ctx):
-    from core.run.worker import _row
+    from core.run.rows import individual_row
 
-    w.commit_generation(g, [_row(g, i) for i in pop], [], {**summarise(pop), **baseline_summary(ctx.baseline)},
+    w.commit_generation(g, [individual_row(g, i) for i in pop], [], {**summarise(pop), **baseline_summary(ctx.baseline)},
                         {"baseline": dict(ctx.baseline)})
 
 
@@ -301,7 +301,8 @@ def test_a_kernel_dropped_while_the_reference_stood_high_does_not_outrank_faster
 def test_a_resumed_run_keeps_the_reference_history(tmp_path):
     """Stopped after generation 3 and resumed: the reference goes on over every generation's baseline,
     as in the run that never stopped."""
-    from core.run.worker import RunWorker, known_measures
+    from core.run.rows import known_measures
+    from core.run.worker import RunWorker
 
     def run(name, generations, resume_from=None):
         cfg = RunConfig(population=6, generations=generations, elites=2, seed=4, weights={"time": 1.0})
@@ -438,7 +439,7 @@ def test_a_failed_remeasurement_makes_the_elite_lethal():
 
 
 def test_a_resumed_population_is_rescored_against_its_own_generations_baseline():
-    from core.run.worker import _rebuild
+    from core.run.rows import rebuild_population
 
     history, genomes, fake = lucky_run(retiming=True)
     pop = history[-1]
@@ -446,7 +447,7 @@ def test_a_resumed_population_is_rescored_against_its_own_generations_baseline()
     state = [{"genome": i.genome.to_dict(), "origin": i.origin, "parents": list(i.parents)} for i in pop]
     cfg = RunConfig(population=4, generations=10, elites=2, weights={"time": 1.0})
     fresh = GAContext(cfg, toy_space(), record(999.0), fake.evaluate, known=KnownMeasures(lambda hs: {h: stored[h] for h in hs}, stored))
-    rebuilt = _rebuild(state, fresh, record(100.0))
+    rebuilt = rebuild_population(state, fresh, record(100.0))
     assert [i.fitness for i in rebuilt] == pytest.approx([i.fitness for i in pop])
 
 
@@ -458,7 +459,7 @@ def test_a_committed_measure_is_kept_compact_with_the_same_row_and_score():
 
     from core.evaluation.record import Evaluation
     from core.search.fitness import score
-    from core.run.worker import _compact, _row
+    from core.run.rows import compact_measure, individual_row
 
     genome = toy_space().seed_genomes()[0]
     ev = Evaluation(genome_hash="k1", status="ok", time_us=12.5, time_spread_us=0.4, memory_bytes=4096, extra_bytes=96,
@@ -470,13 +471,13 @@ def test_a_committed_measure_is_kept_compact_with_the_same_row_and_score():
                                   for i in range(6)],
                     phases={"compile": 0.3, "verification": 0.05, "timing": 0.1}, device="c:0", device_time_us=12.5)
     full = {**dataclasses.asdict(ev), "time_samples_us": [12.0, 12.5, 13.0]}
-    small = _compact(full)
+    small = compact_measure(full)
     assert not {"source", "compile_log", "launch", "flags", "entry"} & set(small)
     ind = lambda m: Individual(genome, "elite", ("p",), measure=m, reused=True, fitness=1.5, terms={"time": 2.0})
-    assert _row(3, ind(small)) == _row(3, ind(full))
+    assert individual_row(3, ind(small)) == individual_row(3, ind(full))
     weights = {"time": 0.6, "memory": 0.3, "stability": 0.1}
     assert score(small, record(25.0), weights) == score(full, record(25.0), weights)
-    assert _compact(small) == small and remeasured(small, {"status": "ok", "time_us": 14.0})["time_samples_us"] == [
+    assert compact_measure(small) == small and remeasured(small, {"status": "ok", "time_us": 14.0})["time_samples_us"] == [
         12.0, 12.5, 13.0, 14.0]
 
     def deep(o):

@@ -543,7 +543,7 @@ def test_scale_5000_generations(store_impl, writer):
 def test_the_writer_caps_duckdb_memory_and_names_a_bad_limit(tmp_path, monkeypatch):
     from store import RunWriter, new_run_id
     from store.schema import StoreError
-    from store.writer import MEMORY_LIMIT_ENV
+    from store.run_file import MEMORY_LIMIT_ENV
 
     w = RunWriter.create(tmp_path, new_run_id("rmsnorm", "c"), {"workload": "rmsnorm", "backend": "c"})
     try:

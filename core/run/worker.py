@@ -30,8 +30,8 @@ from core.config import RunConfig
 from core.run.disk_space import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, gib as _gib
 from core.search.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
 from core.genome import Genome
-from core.search.known import KnownMeasures
-from core.search.retiming import baseline_summary, champion_figures, describe, time_samples
+from core.search.retiming import baseline_summary, describe
+from core.run.rows import champion_text, individual_row, kernel_rows, known_measures, rebuild_population
 
 HEARTBEAT_EVERY_S = 5.0
 PAUSE_POLL_S = 0.5
@@ -224,7 +224,7 @@ class RunWorker:
             elapsed_before, evaluations_before = state["elapsed_s"], state["evaluations"]
             # the run-level reference goes on from every committed generation's baseline (core/search/retiming.py)
             ctx.baseline_times = self.writer.baseline_times(through=generation)
-            population = _rebuild(state["population"], ctx, state.get("baseline") or self.writer.baseline())
+            population = rebuild_population(state["population"], ctx, state.get("baseline") or self.writer.baseline())
             n = len(ctx.baseline_times)
             self.log(f"resuming after generation {generation}" + (f" (reference: median of {n} generation baselines)"
                                                                   if n else ""))
@@ -293,8 +293,8 @@ class RunWorker:
             "evaluations": evaluations,
             "baseline": baseline,  # a resumed run rescores the population against it
         }
-        kernels = _kernels(new, self.config.backend)
-        rows = [_row(generation, i) for i in population]
+        kernels = kernel_rows(new, self.config.backend)
+        rows = [individual_row(generation, i) for i in population]
         while True:
             if self._wait_for_space(read_control) == "stop":
                 return False
@@ -320,7 +320,7 @@ class RunWorker:
         self.heartbeat(generation=generation, elapsed_s=elapsed, evaluations=evaluations,
                        evals_per_s=summary["evals_per_s"], phase="")
         best = max(population, key=lambda i: i.fitness)
-        champion = f"champion {_terms_text(best, self.baseline_name)}" if best.ok else "no viable kernel yet"
+        champion = f"champion {champion_text(best, self.baseline_name)}" if best.ok else "no viable kernel yet"
         # numbered from 0, counted as done, as everywhere (README): "gen 4 (5/5 done)"
         budget = f" ({generation + 1}/{self.config.generations} done)" if self.config.generations else ""
         base = f" baseline {describe(baseline)}" if baseline.get("time_us") is not None else ""
@@ -340,107 +340,3 @@ def _first_line(exc: BaseException) -> str:
 
 def _raise_interrupted(signum, frame):  # noqa: ARG001 - signal handler signature
     raise Interrupted()
-
-
-def _rebuild(saved: list[dict], ctx: GAContext, baseline: dict | None) -> list[Individual]:
-    """The committed population, rescored from stored measurements against its generation's
-    baseline (nothing is measured, so the resumed run continues as if it had never stopped)."""
-    from core.search.ga import _score
-
-    pop = [Individual(Genome(s["genome"]), s["origin"], tuple(s["parents"])) for s in saved]
-    missing = [i.hash for i in pop if i.hash not in ctx.known]
-    if missing:
-        raise RuntimeError(f"stored state names genomes with no stored measurements: {missing[:3]}")
-    measures = ctx.known.load(i.hash for i in pop)  # one read of the store for the whole population
-    for ind in pop:
-        ind.measure = measures[ind.hash]
-    if baseline:
-        ctx.baseline = baseline
-    return _score(pop, ctx)
-
-
-# What a genome's measure keeps in memory once its generation is committed. ``GAContext.known`` holds one
-# for every genome of the run (so that none is evaluated twice, and a reused genome's row can be written):
-# every field of its individuals row (:func:`_row`), the JSON ones as their text, plus what scoring reads
-# (status, every objective's measurement, the time samples). The kernel's source, compile log, flags, launch
-# and entry are in the kernels table, written with the generation that first measured it. The soak showed
-# the worker's memory growing with every individual: on its rmsnorm run the full measure (its dicts and
-# lists) took 4.4 kB a genome, this 2.2 kB (tracemalloc, 600 genomes).
-_KEPT = ("status", "cause", "time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes", "stability",
-         "source_hash", "compile_s", "eval_s", "max_abs_err", "rel_err", "time_samples_us", "determinism",
-         "steadiness", "error_margin", "device", "device_time_us", "repack_us")
-_AS_TEXT = {"resources": lambda v: _json_text(v), "phases": lambda v: _json_text(v),
-            "shape_errors": lambda v: _json_list(v)}
-
-
-def known_measures(writer: Any) -> KnownMeasures:
-    """Every genome stored by ``writer`` (a :class:`store.writer.RunWriter`); their measures are read
-    back, compact, when needed."""
-    return KnownMeasures(writer.evaluations, writer.genome_hashes(), _compact)
-
-
-def _compact(measure: dict) -> dict:
-    """``measure`` as kept in memory after its generation is committed (see :data:`_KEPT`): the same
-    individuals row and the same score, half the memory."""
-    from core.objectives import OBJECTIVES
-
-    keep = _KEPT + tuple(o.measure for o in OBJECTIVES if o.measure not in _KEPT)
-    out = {k: measure[k] for k in keep if k in measure}
-    for key, text in _AS_TEXT.items():
-        if key in measure:
-            out[key] = text(measure[key])
-    return out
-
-
-def _row(generation: int, ind: Individual) -> dict:
-    m = ind.measure
-    return {
-        "generation": generation, "genome_hash": ind.hash, "genome": ind.genome.to_json(),
-        "parents": list(ind.parents), "origin": ind.origin, "status": m.get("status"), "cause": m.get("cause", ""),
-        "fitness": ind.fitness, "time_us": m.get("time_us"), "time_spread_us": m.get("time_spread_us"),
-        "memory_bytes": m.get("memory_bytes"), "extra_bytes": m.get("extra_bytes"), "onchip_bytes": m.get("onchip_bytes"),
-        "stability": m.get("stability"), "pareto_rank": ind.pareto_rank, "source_hash": m.get("source_hash"),
-        "compile_s": m.get("compile_s"), "eval_s": m.get("eval_s"), "max_abs_err": m.get("max_abs_err"),
-        "rel_err": m.get("rel_err"), "resources": _json_text(m.get("resources")),
-        "reused": ind.reused, "remeasured": ind.remeasured, "time_samples_us": json.dumps(time_samples(m)),
-        "phases": _json_text(m.get("phases")), "determinism": m.get("determinism"), "steadiness": m.get("steadiness"),
-        "error_margin": m.get("error_margin"), "shape_errors": _json_list(m.get("shape_errors")),
-        "device": m.get("device") or None, "device_time_us": m.get("device_time_us"),
-        "repack_us": m.get("repack_us"),
-        **{f"{name}_term": term for name, term in ind.terms.items()},
-    }
-
-
-def _terms_text(ind: Individual, baseline_name: str) -> str:
-    """The champion's median time, its spread and its term per objective, e.g.
-    ``12.30us median of 4 (IQR 0.21us) (time 1.210x memory 1.000x vs numpy)``."""
-    terms = " ".join(f"{name} {term:.3f}x" for name, term in ind.terms.items() if term is not None)
-    c = champion_figures(ind.measure)
-    n = c["champion_samples"]
-    spread = f" ({'IQR' if n > 1 else 'launch IQR'} {c['champion_spread_us']:.2f}us)" if c["champion_spread_us"] is not None else ""
-    return f"{ind.measure['time_us']:.2f}us median of {n}{spread} ({terms} vs {baseline_name})"
-
-
-def _json_list(value: Any) -> str:
-    """JSON text of a list; measurements reloaded from the store already hold the text."""
-    return value if isinstance(value, str) else json.dumps(value or [])
-
-
-def _json_text(value: Any) -> str:
-    """JSON text of a dict; measurements reloaded from the store already hold the text."""
-    return value if isinstance(value, str) else json.dumps(value or {}, sort_keys=True)
-
-
-def _kernels(new: list[Individual], backend: str) -> list[dict]:
-    rows: dict[str, dict] = {}
-    for ind in new:
-        m = ind.measure
-        if m.get("source_hash") and m.get("source"):
-            rows[m["source_hash"]] = {
-                "source_hash": m["source_hash"], "backend": backend, "entry": m.get("entry") or "",
-                "source": m["source"], "flags": json.dumps(list(m.get("flags") or [])),
-                "launch": json.dumps(m.get("launch") or {}, sort_keys=True),
-                "resources": _json_text(m.get("resources")), "compile_log": m.get("compile_log") or "",
-            }
-    return list(rows.values())
-

@@ -15,7 +15,8 @@ import textwrap
 from typing import Any, Callable
 
 from core.backends.base import DeviceInfo, KernelSource
-from core.tools.check import CheckInputError, _fmt_shape, _jsonable, seed_kernel
+from core.tools.check import CheckInputError, seed_kernel
+from core.tools.check_result import fmt_shape, jsonable
 
 # The devices the contract is printed for, on any machine (so README's copy does not depend on where it was made).
 SIMULATED = {
@@ -223,11 +224,11 @@ def contract(workload_name: str, backend: str) -> dict:
         "workload": workload_name, "backend": backend, "language": caps.language, "entry_kind": caps.entry_kind,
         "entry": kernel.entry,
         "flags": list(kernel.flags), "device": device.name, "problem": problem,
-        "launch": _jsonable(kernel.launch), "bind_reads": list(rec.launch_params.read),
+        "launch": jsonable(kernel.launch), "bind_reads": list(rec.launch_params.read),
         "runtime_reads": _runtime_keys(backend), "module_calls": [n for n, _ in rec.module.calls],
         "arguments": described, "variants": [],
     }
-    out["shapes"] = [_fmt_shape(s) for s in wl.shapes(problem)]
+    out["shapes"] = [fmt_shape(s) for s in wl.shapes(problem)]
     out["tolerances"] = _tolerance_by_dtype(wl, backend)
     if caps.language == "python":
         out["launch_def"] = _python_def(kernel.source, "launch")
@@ -309,7 +310,7 @@ def format_contract(c: dict) -> str:
                  f"bind() reads {_keys(c['bind_reads'])}; the backend's loader looks up {_keys(c['runtime_reads'])}.")
     if "grid_example" in c:
         g = c["grid_example"]
-        lines.append(f"Grid and block come from the launch dict through bind(); at {_fmt_shape(g['shape'])} on "
+        lines.append(f"Grid and block come from the launch dict through bind(); at {fmt_shape(g['shape'])} on "
                      f"{c['device']} the seed launches grid `{tuple(g['grid'])}`, block `{tuple(g['block'])}`, "
                      f"{g['shared_bytes']} B of dynamic shared memory:")
         lines += ["", "```python", c["bind_source"], "```"]
