@@ -167,7 +167,7 @@ class CBackend(Backend):
                     return self._artifact(kernel, key, so_path, 0.0, "cache hit")
                 rejected = cache.discard(cache_dir, key, [so_path], why) + "\n"
             c_path = cache_dir / f"{key}.c"
-            _atomic_write(c_path, kernel.source)
+            cache.atomic_write(c_path, kernel.source.encode())
             t0 = time.perf_counter()
             log, digest = _run_compiler(c_path, so_path, kernel.flags)
             cache.record(cache_dir, key, {so_path.name: digest})
@@ -213,12 +213,6 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> tuple[str, str]:

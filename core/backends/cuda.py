@@ -213,8 +213,8 @@ class CudaBackend(Backend):
         resources = {**kernel.resources, **parse_ptxas(log)}
         cache_dir.mkdir(parents=True, exist_ok=True)
         meta_bytes = json.dumps({"resources": resources, "log": log[-4000:]}).encode()
-        _atomic_write(cubin, data)
-        _atomic_write(meta, meta_bytes)
+        cache.atomic_write(cubin, data)
+        cache.atomic_write(meta, meta_bytes)
         cache.record(cache_dir, key, {cubin.name: hashlib.sha256(data).hexdigest(),
                                       meta.name: hashlib.sha256(meta_bytes).hexdigest()})
         return self._artifact(kernel, key, cubin, resources, seconds, rejected + log)
@@ -227,10 +227,6 @@ class CudaBackend(Backend):
 
     def make_runtime(self) -> Runtime:
         return CudaRuntime(self.device.index)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    cache.atomic_write(path, data)
 
 
 class CudaKernel:

@@ -28,7 +28,7 @@ from typing import Any
 
 from core.backends import cache
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
-from core.backends.cuda import _atomic_write, gpu_devices, gpu_unavailable_reason
+from core.backends.cuda import gpu_devices, gpu_unavailable_reason
 from core.backends.torch_runtime import TorchCudaRuntime
 
 
@@ -93,7 +93,7 @@ class TritonBackend(Backend):
                 return "cache hit; Triton JIT-compiles it at its first launch in the sandbox"
             log = cache.discard(cache_dir, key, [path], why) + "\n" + log
         cache_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, data)
+        cache.atomic_write(path, data)
         cache.record(cache_dir, key, {path.name: hashlib.sha256(data).hexdigest()})
         return log
 
