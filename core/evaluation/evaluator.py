@@ -24,15 +24,14 @@ from core.config import RunConfig
 from core.evaluation import devices
 from core.evaluation.aot import workload_launches
 from core.evaluation.pool import SandboxPool
-from core.evaluation.record import Evaluation, first_error_line, one_line, trim_log
+from core.evaluation.record import SANDBOX_MEASURES, Evaluation, first_error_line, one_line, trim_log
 from core.evaluation.timing import TIMING_TARGET_S
 from core.genome import Genome
 
 TWINS_KEPT = 4096  # measurements remembered by machine code, for sources that compile to the same kernel
 FULL_TIMING_EVERY = 9  # baseline timings (3 a generation) between two that time every baseline
 CONTENDER_RATIO = 1.5  # a baseline this much slower than the fastest is timed only in full timings
-MEASURES = ("time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes", "stability",
-            "determinism", "steadiness", "error_margin", "max_abs_err", "rel_err", "repack_us")
+MEASURES = SANDBOX_MEASURES  # what the evaluator copies from the sandbox's reply
 
 
 class Evaluator:

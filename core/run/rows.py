@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core.evaluation.record import STORED_COLUMNS
 from core.genome import Genome
 from core.search.ga import GAContext, Individual
 from core.search.known import KnownMeasures
@@ -30,16 +31,14 @@ def rebuild_population(saved: list[dict], ctx: GAContext, baseline: dict | None)
 
 # What a genome's measure keeps in memory once its generation is committed. ``GAContext.known`` holds one
 # for every genome of the run (so that none is evaluated twice, and a reused genome's row can be written):
-# every field of its individuals row (:func:`individual_row`), the JSON ones as their text, plus what scoring reads
-# (status, every objective's measurement, the time samples). The kernel's source, compile log, flags, launch
-# and entry are in the kernels table, written with the generation that first measured it. The soak showed
-# the worker's memory growing with every individual: on its rmsnorm run the full measure (its dicts and
-# lists) took 4.4 kB a genome, this 2.2 kB (tracemalloc, 600 genomes).
-KEPT = ("status", "cause", "time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes", "stability",
-         "source_hash", "compile_s", "eval_s", "max_abs_err", "rel_err", "time_samples_us", "determinism",
-         "steadiness", "error_margin", "device", "device_time_us", "repack_us")
+# every stored field of the measurement record (``core.evaluation.record.STORED_COLUMNS``), the JSON ones as
+# their text, plus what scoring reads (every objective's measurement, the time samples). The kernel's source,
+# compile log, flags, launch and entry are in the kernels table, written with the generation that first
+# measured it. The soak showed the worker's memory growing with every individual: on its rmsnorm run the full
+# measure (its dicts and lists) took 4.4 kB a genome, this 2.2 kB (tracemalloc, 600 genomes).
 _AS_TEXT = {"resources": lambda v: _json_text(v), "phases": lambda v: _json_text(v),
             "shape_errors": lambda v: _json_list(v)}
+KEPT = tuple(name for name in STORED_COLUMNS if name not in _AS_TEXT) + ("time_samples_us",)
 
 
 def known_measures(writer: Any) -> KnownMeasures:
@@ -61,21 +60,21 @@ def compact_measure(measure: dict) -> dict:
     return out
 
 
+def measure_columns(m: dict) -> dict:
+    """The individuals row's columns of the measurement ``m``: every stored field of the record."""
+    out = {name: m.get(name) for name in STORED_COLUMNS}
+    out.update({key: text(m.get(key)) for key, text in _AS_TEXT.items()})
+    out["cause"], out["device"] = m.get("cause", ""), m.get("device") or None
+    return out
+
+
 def individual_row(generation: int, ind: Individual) -> dict:
-    m = ind.measure
+    """The individuals row of ``ind`` in ``generation``."""
     return {
         "generation": generation, "genome_hash": ind.hash, "genome": ind.genome.to_json(),
-        "parents": list(ind.parents), "origin": ind.origin, "status": m.get("status"), "cause": m.get("cause", ""),
-        "fitness": ind.fitness, "time_us": m.get("time_us"), "time_spread_us": m.get("time_spread_us"),
-        "memory_bytes": m.get("memory_bytes"), "extra_bytes": m.get("extra_bytes"), "onchip_bytes": m.get("onchip_bytes"),
-        "stability": m.get("stability"), "pareto_rank": ind.pareto_rank, "source_hash": m.get("source_hash"),
-        "compile_s": m.get("compile_s"), "eval_s": m.get("eval_s"), "max_abs_err": m.get("max_abs_err"),
-        "rel_err": m.get("rel_err"), "resources": _json_text(m.get("resources")),
-        "reused": ind.reused, "remeasured": ind.remeasured, "time_samples_us": json.dumps(time_samples(m)),
-        "phases": _json_text(m.get("phases")), "determinism": m.get("determinism"), "steadiness": m.get("steadiness"),
-        "error_margin": m.get("error_margin"), "shape_errors": _json_list(m.get("shape_errors")),
-        "device": m.get("device") or None, "device_time_us": m.get("device_time_us"),
-        "repack_us": m.get("repack_us"),
+        "parents": list(ind.parents), "origin": ind.origin, "fitness": ind.fitness, "pareto_rank": ind.pareto_rank,
+        "reused": ind.reused, "remeasured": ind.remeasured, "time_samples_us": json.dumps(time_samples(ind.measure)),
+        **measure_columns(ind.measure),
         **{f"{name}_term": term for name, term in ind.terms.items()},
     }
 

@@ -24,6 +24,7 @@ import pandas as pd
 
 from core.backends import backend_class
 from core.backends.base import KernelSource
+from core.evaluation.record import SANDBOX_MEASURES
 from core.objectives import OBJECTIVES
 from store.reader import RunReader
 from store.runs import CONFIG, DB, LIVE, atomic_write_json
@@ -31,8 +32,7 @@ from store.schema import StoreError, select_list
 
 log = logging.getLogger(__name__)
 WHICH = ("champion", "top", "pareto")
-_MEASURES = ("fitness", "time_us", "time_spread_us", "memory_bytes", "extra_bytes", "onchip_bytes", "stability",
-             *(o.column for o in OBJECTIVES), "pareto_rank", "compile_s", "eval_s")
+_MEASURES = ("fitness", *SANDBOX_MEASURES, *(o.column for o in OBJECTIVES), "pareto_rank", "compile_s", "eval_s")
 
 
 def export_champions(run_dir: Path | str, out_dir: Path | str, which: str = "champion", k: int = 5) -> Path:
