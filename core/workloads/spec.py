@@ -149,6 +149,11 @@ class Param:
         return None
 
 
+def family_templates(package: str, *backends: str) -> dict[str, str]:
+    """``{backend: "<package>.<backend>"}``: a family's templates, one module per backend named after it."""
+    return {backend: f"{package}.{backend}" for backend in backends}
+
+
 class Workload(ABC):
     """A kernel family, independent of backend (see the module docstring)."""
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.backends.arrays import dtype_bytes
-from core.workloads.spec import Baseline, Normal, Param, Tensor, Workload, scaled_by_sqrt_sqrt
+from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload, scaled_by_sqrt_sqrt
 
 TOLERANCE = {"bfloat16": (1e-3, 1.6e-2), "float16": (1e-3, 1e-3), "float32": (1e-4, 1e-4)}
 ODD_HIDDEN = 1031  # prime: no vector width, unroll or block divides it
@@ -53,11 +53,7 @@ class GatherGemvWorkload(Workload):
         Param("hidden", 8192, cpu_default=1024, upper=1 << 16),
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
     )
-    templates = {
-        "c": "core.workloads.gather_gemv.c",
-        "cuda": "core.workloads.gather_gemv.cuda",
-        "triton": "core.workloads.gather_gemv.triton",
-    }
+    templates = family_templates(__name__, "c", "cuda", "triton")
 
     def tensors(self, problem: dict) -> list[Tensor]:
         init = Normal(scale=scaled_by_sqrt_sqrt("hidden"))

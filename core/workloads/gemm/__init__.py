@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.workloads.spec import Baseline, Normal, Param, Tensor, Workload, scaled_by_sqrt_sqrt
+from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload, scaled_by_sqrt_sqrt
 
 # Odd shapes, not a multiple of any tile, vector width or unroll factor a template may pick.
 ODD_SHAPES = ({"m": 67, "n": 53, "k": 41}, {"m": 131, "n": 97, "k": 263})
@@ -26,11 +26,7 @@ class GemmWorkload(Workload):
         Param("k", 4096, cpu_default=256, cpu_upper=8192),
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
     )
-    templates = {
-        "c": "core.workloads.gemm.c",
-        "cuda": "core.workloads.gemm.cuda",
-        "triton": "core.workloads.gemm.triton",
-    }
+    templates = family_templates(__name__, "c", "cuda", "triton")
 
     def tensors(self, problem: dict) -> list[Tensor]:
         init = Normal(scale=scaled_by_sqrt_sqrt("k"))

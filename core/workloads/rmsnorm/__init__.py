@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.workloads.spec import Baseline, Normal, Param, Tensor, Workload
+from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload
 
 TOLERANCE = {"bfloat16": (1e-2, 1e-2), "float16": (1e-2, 1e-2), "float32": (1e-5, 1e-5)}
 
@@ -25,11 +25,7 @@ class RmsNormWorkload(Workload):
         Param("residual", False, kind="flag"),
         Param("eps", 1e-6, kind="real", low=0.0, high=1.0),
     )
-    templates = {
-        "c": "core.workloads.rmsnorm.c",
-        "cuda": "core.workloads.rmsnorm.cuda",
-        "triton": "core.workloads.rmsnorm.triton",
-    }
+    templates = family_templates(__name__, "c", "cuda", "triton")
 
     def tensors(self, problem: dict) -> list[Tensor]:
         out = [Tensor("x", ("rows", "cols")), Tensor("w", ("cols",), init=Normal(mean=1.0, std=0.5))]

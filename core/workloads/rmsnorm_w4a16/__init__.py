@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.workloads.rmsnorm import forward_native
-from core.workloads.spec import Baseline, Normal, Param, Tensor, Workload
+from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload
 from core.workloads.w4a16 import GROUP, TOLERANCE as W4A16_TOLERANCE
 from core.workloads.w4a16 import _numpy_dequant_matmul, _Scales, _Words, dequant_matmul, dequantize, int4pack
 
@@ -55,11 +55,7 @@ class RmsNormW4A16Workload(Workload):
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
         Param("eps", 1e-5, kind="real", low=0.0, high=1.0),
     )
-    templates = {
-        "c": "core.workloads.rmsnorm_w4a16.c",
-        "cuda": "core.workloads.rmsnorm_w4a16.cuda",
-        "triton": "core.workloads.rmsnorm_w4a16.triton",
-    }
+    templates = family_templates(__name__, "c", "cuda", "triton")
 
     def tensors(self, problem: dict) -> list[Tensor]:
         return [Tensor("x", ("m", "k_groups", GROUP), init=Normal()),

@@ -43,7 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.backends.arrays import dtype_bytes
-from core.workloads.spec import Baseline, Param, Tensor, Uniform, Workload
+from core.workloads.spec import Baseline, family_templates, Param, Tensor, Uniform, Workload
 
 TOLERANCE = {"bfloat16": (2e-2, 1.6e-2), "float16": (4e-3, 1e-3), "float32": (1e-5, 1e-5)}
 
@@ -68,11 +68,7 @@ class RopeWorkload(Workload):
         Param("max_positions", 8192, cpu_default=4096, upper=1 << 20),
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
     )
-    templates = {
-        "c": "core.workloads.rope.c",
-        "cuda": "core.workloads.rope.cuda",
-        "triton": "core.workloads.rope.triton",
-    }
+    templates = family_templates(__name__, "c", "cuda", "triton")
 
     def tensors(self, problem: dict) -> list[Tensor]:
         return [Tensor("positions", ("tokens",), init=_Positions(), dtype="int32"),

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.workloads.spec import Baseline, Normal, Param, Tensor, Workload
+from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload
 
 TOLERANCE = {"bfloat16": (1e-3, 2e-2), "float16": (1e-3, 2e-3), "float32": (1e-5, 1e-5)}
 # Not a multiple of any vector width, block or unroll a template may pick (1031 is prime), and
@@ -45,11 +45,7 @@ class SiluMulWorkload(Workload):
         Param("hidden", 14336, cpu_default=4096, upper=1 << 17),  # 14336: Llama-3.1-8B's intermediate size
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
     )
-    templates = {
-        "c": "core.workloads.silu_mul.c",
-        "cuda": "core.workloads.silu_mul.cuda",
-        "triton": "core.workloads.silu_mul.triton",
-    }
+    templates = family_templates(__name__, "c", "cuda", "triton")
 
     def tensors(self, problem: dict) -> list[Tensor]:
         return [Tensor("gate", ("tokens", "hidden"), init=Normal(std=2.0)),

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from core.workloads.spec import Baseline, Normal, Param, Tensor, Workload
+from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload
 
 GROUP = 128
 TOLERANCE = {"bfloat16": (1e-2, 1.6e-2), "float16": (2e-3, 2e-3), "float32": (1e-4, 1e-4)}
@@ -79,11 +79,7 @@ class W4A16Workload(Workload):
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
         Param("zero_points", False, kind="flag"),
     )
-    templates = {
-        "c": "core.workloads.w4a16.c",
-        "cuda": "core.workloads.w4a16.cuda",
-        "triton": "core.workloads.w4a16.triton",
-    }
+    templates = family_templates(__name__, "c", "cuda", "triton")
 
     def tensors(self, problem: dict) -> list[Tensor]:
         out = [Tensor("x", ("m", "k_groups", GROUP), init=Normal()),
