@@ -100,7 +100,7 @@ def test_the_scan_flags_name_tests_and_spares_declarations():
 # -- the layers: no import runs back up ------------------------------------------------------------
 LAYERS = (
     ("store",),                                 # leaf: one folder per run, DuckDB, Parquet mirrors
-    ("core.genome", "core.objectives"),         # ground: the gene-space language, objectives as data
+    ("core.genes", "core.genome", "core.objectives"),  # ground: the gene-space language, objectives as data
     ("core.backends",),                         # c, cuda, triton, their runtimes and arrays
     ("core.workloads",),                        # problems, references, templates and kernels
     ("core.config",),                           # run settings, validated against the registries

@@ -15,7 +15,7 @@ The result is a dict (:func:`check_kernel`, :class:`Checker`) and a plain-text r
 verification shape, the time against every baseline (median and spread), the one-time weight
 repack when the template made one (``repack_us``, timed apart) and the share of the roofline. What
 a kernel must look like for each workload x backend -- the *entry contract* -- is generated from the
-templates by :mod:`core.tools.contract` (``python -m core check --contract``), so README's "Bring your own
+templates by :mod:`core.tools.contract` (``python -m core check --contract``), so docs/contract.md's "Bring your own
 kernel" cannot drift from the code.
 
 Bad input (unknown workload or backend, an unreadable file, bad JSON, a backend not available here,

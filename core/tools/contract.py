@@ -1,7 +1,7 @@
 """The entry contract of each workload x backend: what a hand-written kernel must look like.
 
 Generated from the templates themselves (their first seed's rendered source, launch dict and
-``bind()``, recorded on simulated devices), so README's "Bring your own kernel" cannot drift from
+``bind()``, recorded on simulated devices), so docs/contract.md's "Bring your own kernel" cannot drift from
 the code: ``python -m core check --contract [W [B]]`` prints it.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from core.backends.base import DeviceInfo, KernelSource
 from core.tools.check import CheckInputError, seed_kernel
 from core.tools.check_result import fmt_shape, jsonable
 
-# The devices the contract is printed for, on any machine (so README's copy does not depend on where it was made).
+# The devices the contract is printed for, on any machine (so docs/contract.md does not depend on where it was made).
 SIMULATED = {
     "gpu": DeviceInfo(backend="", index=0, name="NVIDIA H200 (simulated)", memory_bytes=141 << 30, multiprocessors=132,
                       shared_mem_per_block=232448, registers_per_block=65536, registers_per_thread=255,
@@ -270,7 +270,7 @@ def _tolerance_by_dtype(workload: Any, backend: str) -> list[tuple[str, float, f
 
 
 def format_contract(c: dict) -> str:
-    """One workload x backend's contract as Markdown (README's "Bring your own kernel")."""
+    """One workload x backend's contract as Markdown (docs/contract.md's "Bring your own kernel")."""
     lines = [f"#### `{c['workload']}` × `{c['backend']}`", ""]
     launch = dict(c["launch"])
     if c["language"] == "python":
@@ -340,5 +340,5 @@ def contract_pairs(workload: str | None = None, backend: str | None = None) -> l
 
 
 def contract_text(workload: str | None = None, backend: str | None = None) -> str:
-    """The contracts of the selected pairs, as README's Markdown."""
+    """The contracts of the selected pairs, as docs/contract.md's Markdown."""
     return "\n\n".join(format_contract(contract(w, b)) for w, b in contract_pairs(workload, backend))
