@@ -5,6 +5,10 @@ A renderer no longer writes a kernel body in an f-string. It reads the family's 
 choices in front as ``#define``s (C, CUDA C) or constants (Triton), or fills the named
 ``{{slot}}`` placeholders a file declares with snippets it picked. Files are read once per
 process.
+
+A kernel file opens with a comment for its reader (what it is, the ``#define``s and slots it
+expects); :func:`kernel_body` and :func:`snippet` give the text without it, for renderers whose
+output must not carry it.
 """
 from __future__ import annotations
 
@@ -13,6 +17,10 @@ import re
 from pathlib import Path
 
 _SLOT = re.compile(r"\{\{(\w+)\}\}")
+# the reader's comment at the top of a kernel file: a /* ... */ block (C, CUDA C) or # lines
+# (Python), and the blank lines after it
+_HEAD = {".py": re.compile(r"(?:#[^\n]*\n)+\n*")}
+_C_HEAD = re.compile(r"/\*.*?\*/\n*", re.S)
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,3 +41,17 @@ def fill(text: str, **slots: str) -> str:
 def defines(values: dict[str, object]) -> str:
     """``#define NAME value`` lines, one per item, in order (booleans as 0 or 1)."""
     return "".join(f"#define {name} {int(v) if isinstance(v, bool) else v}\n" for name, v in values.items())
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_body(family_file: str, name: str) -> str:
+    """:func:`kernel_text` without the file's leading comment (and the blank lines after it)."""
+    text = kernel_text(family_file, name)
+    head = _HEAD.get(Path(name).suffix, _C_HEAD).match(text)
+    return text[head.end():] if head else text
+
+
+def snippet(family_file: str, name: str) -> str:
+    """:func:`kernel_body` without its final newline: the lines that replace a ``{{slot}}`` standing
+    alone on a line of another kernel file (so that slot's line break stays the only one)."""
+    return kernel_body(family_file, name).removesuffix("\n")

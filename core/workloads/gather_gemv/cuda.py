@@ -15,6 +15,10 @@ multiple of ``vec`` (or a misaligned tensor) run a scalar twin.
   hidden loop;
 * instruction_sequence -- the order of LOAD_H, LOAD_W and FMA, and an optional PREFETCH of the W
   rows' next chunk into L2.
+
+The CUDA C lies in ``kernels/``: ``gather_gemv.cu`` is the frame, the other files the pieces a genome
+picks for its slots (see each file's opening comment); this module writes the ``#define``s and
+chooses.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
+from core.workloads.kernel_files import defines, fill, kernel_body, snippet
 from core.workloads.template import Template
 
 TOKENS = ("LOAD_H", "LOAD_W", "FMA")
@@ -131,118 +136,27 @@ def _floats(g: Genome) -> int:
     return (1 + r["rows"]) * g["memory_pattern"]["vec"] * r["unroll"]
 
 
-_STEPS = {
-    "LOAD_H": "\n        float hv[V]; load_vec<V, 0>(hr + k, hv);",
-    "LOAD_W": "\n        float wv[ROWS][V];\n#pragma unroll\n        for (int r = 0; r < ROWS; ++r) load_vec<V, 1>(wr[r] + k, wv[r]);",
-    "FMA": "\n#pragma unroll\n        for (int r = 0; r < ROWS; ++r)\n#pragma unroll\n            for (int e = 0; e < V; ++e) acc[r] += hv[e] * wv[r][e];",
-    "PREFETCH": ("\n#pragma unroll\n        for (int r = 0; r < ROWS; ++r) if (k + stride < K)"
-                 " asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(wr[r] + k + stride));"),
-}
-
-
-def _load(hint: str) -> str:
-    return f"""        if constexpr (BYTES == 2) {{ unsigned short h; asm volatile("ld.global{hint}.u16 %0, [%1];" : "=h"(h) : "l"(p)); w[0] = h; }}
-        else if constexpr (BYTES == 16) asm volatile("ld.global{hint}.v4.u32 {{%0,%1,%2,%3}}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-        else if constexpr (BYTES == 8) asm volatile("ld.global{hint}.v2.u32 {{%0,%1}}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
-        else asm volatile("ld.global{hint}.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));"""
+def _defines(g: Genome, dtype: str) -> str:
+    """The genome's choices as the #defines gather_gemv.cu expects."""
+    p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
+    waves = {"WAVES": f"{p['waves']}  // grid size: set at launch, recorded here"} if p["schedule"] == "persistent" else {}
+    return defines({"THREADS": p["threads"], "SPLIT": p["split"], "TEAMS": "(THREADS / 32 / SPLIT)", **waves,
+                    "VEC": m["vec"], "ROWS": r["rows"], "ELT": dtype_bytes(dtype)})
 
 
 def render_source(g: Genome, dtype: str) -> str:
+    """kernels/gather_gemv.cu behind the genome's #defines, its slots filled with the snippets the
+    genome picks."""
     p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
     T, to_f, from_f = SCALAR_TYPES[dtype]
-    steps = "".join(_STEPS[tok] for tok in g["instruction_sequence"]["body"])
-    split = p["split"]
-    waves = f"#define WAVES {p['waves']}  // grid size: set at launch, recorded here\n" if p["schedule"] == "persistent" else ""
+    split = p["split"] > 1
     loop = ("for (long long base = (long long)blockIdx.x * TEAMS; base < tasks; base += (long long)gridDim.x * TEAMS)"
             if p["schedule"] == "persistent" else "for (long long base = (long long)blockIdx.x * TEAMS; base < tasks; base = tasks)")
-    combine = ("""
-        // split-K: every warp's sums through shared memory (a uniform loop: every thread gets here)
-        if (lane == 0) {
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r) red[warp * ROWS + r] = acc[r];
-        }
-        __syncthreads();
-        if (lane == 0 && part == 0) {
-#pragma unroll
-            for (int q = 1; q < SPLIT; ++q)
-#pragma unroll
-                for (int r = 0; r < ROWS; ++r) acc[r] += red[(warp + q) * ROWS + r];
-        }
-        __syncthreads();""" if split > 1 else "")
-    return f"""// AbeBot generated CUDA gathered GEMV: logits[t, j] = h[t] . W[ids[t, j]] ({dtype})
-typedef {T} T;
-#define THREADS {p['threads']}
-#define SPLIT {split}
-#define TEAMS (THREADS / 32 / SPLIT)
-{waves}#define VEC {m['vec']}
-#define ROWS {r['rows']}
-#define ELT {dtype_bytes(dtype)}
-
-static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
-static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
-
-// V elements -> V floats through one load; WHICH 0 is h, 1 a row of W
-template <int V, int WHICH> static __device__ __forceinline__ void load_vec(const T *p, float *o) {{
-    constexpr int BYTES = V * ELT;
-    unsigned w[BYTES >= 4 ? BYTES / 4 : 1];
-    if constexpr (WHICH == 0) {{
-{_load(m["h_load"])}
-    }} else {{
-{_load(m["w_load"])}
-    }}
-    if constexpr (BYTES == 2) o[0] = to_f((T)w[0]);
-    else {{
-#pragma unroll
-        for (int i = 0; i < BYTES / 4; ++i) {{
-            if constexpr (ELT == 4) o[i] = __uint_as_float(w[i]);
-            else {{ o[2 * i] = to_f((T)(w[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(w[i] >> 16)); }}
-        }}
-    }}
-}}
-
-// this lane's partial sums of ROWS dot products: elements start, start + stride, ... (V at a time)
-template <int V>
-static __device__ __forceinline__ void dot_span(const T *__restrict__ hr, const T *const *wr, int K, int start, int stride,
-                                                float *acc) {{
-#pragma unroll {r['unroll']}
-    for (int k = start; k < K; k += stride) {{{steps}
-    }}
-}}
-
-extern "C" __global__ void __launch_bounds__(THREADS)
-abebot_gather_gemv(const T *__restrict__ h, const T *__restrict__ W, const int *__restrict__ ids, T *__restrict__ logits,
-                   int tokens, int cands, int vocab, int K) {{
-    {"__shared__ float red[THREADS / 32 * ROWS];" if split > 1 else ""}
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, team = warp / SPLIT, part = warp % SPLIT;
-    const int G = (cands + ROWS - 1) / ROWS;
-    const long long tasks = (long long)tokens * G;
-    const unsigned long long any = (unsigned long long)h | (unsigned long long)W;
-    const bool vec_ok = K % VEC == 0 && any % (VEC * ELT) == 0;  // else the scalar twin
-    (void)vocab; (void)part;
-    {loop} {{
-        const long long task = base + team;
-        const bool active = task < tasks;
-        const int t = active ? (int)(task / G) : 0, j0 = active ? (int)(task % G) * ROWS : 0;
-        const T *wr[ROWS];
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r)  // a row past the last candidate reads the first one and is not stored
-            wr[r] = W + (long long)ids[(long long)t * cands + (j0 + r < cands ? j0 + r : j0)] * K;
-        float acc[ROWS];
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
-        const T *hr = h + (long long)t * K;
-        if (active) {{
-            if (vec_ok) dot_span<VEC>(hr, wr, K, (part * 32 + lane) * VEC, SPLIT * 32 * VEC, acc);
-            else dot_span<1>(hr, wr, K, part * 32 + lane, SPLIT * 32, acc);
-        }}
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r)
-            for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);{combine}
-        if (active && lane == 0 && part == 0) {{
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r)
-                if (j0 + r < cands) logits[(long long)t * cands + j0 + r] = from_f(acc[r]);
-        }}
-    }}
-}}
-"""
+    ld = snippet(__file__, "access_ld.cuh")
+    body = fill(kernel_body(__file__, "gather_gemv.cu"), to_f=to_f, from_f=from_f,
+                ld_h=fill(ld, hint=m["h_load"]), ld_w=fill(ld, hint=m["w_load"]), unroll=str(r["unroll"]),
+                steps="\n".join(snippet(__file__, f"step_{tok.lower()}.cuh") for tok in g["instruction_sequence"]["body"]),
+                red="__shared__ float red[THREADS / 32 * ROWS];" if split else "", loop=loop,
+                combine="\n" + snippet(__file__, "combine_split.cuh") if split else "")
+    return (f"// AbeBot generated CUDA gathered GEMV: logits[t, j] = h[t] . W[ids[t, j]] ({dtype})\ntypedef {T} T;\n"
+            + _defines(g, dtype) + "\n" + body)

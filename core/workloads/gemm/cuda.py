@@ -14,6 +14,10 @@ Genes and what they change in the code:
   math, optional extra barrier). Whatever the order, the renderer inserts the barrier a ring
   slot needs before it is overwritten and derives the ``cp.async.wait_group`` depth, so every
   order is correct and only its overlap changes.
+
+The kernel text is in ``kernels/``: ``gemm.cu`` (the frame), ``mma.cuh`` / ``ffma.cuh`` (the math
+paths) and ``step_*.cuh`` (main-loop statements). This module picks and fills them and puts the
+genome's choices in front as ``#define``s.
 """
 from __future__ import annotations
 
@@ -23,8 +27,9 @@ from typing import Any, Callable
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.template import Template
 from core.backends.arrays import dtype_bytes
+from core.workloads.kernel_files import defines, fill, kernel_body, snippet
+from core.workloads.template import Template
 
 LOOP = ("LOAD", "WAIT", "MATH")
 
@@ -162,6 +167,12 @@ CANONICALISERS = (_mma_lanes, _short_k_loop, _loop_order)
 
 
 MMA_TYPES = {"bfloat16": "bf16", "float16": "f16", "float32": ""}  # the mma.sync operand type
+UNROLL = {0: "#pragma unroll", 1: "#pragma unroll 1", 2: "#pragma unroll 2"}  # the k loop's, by gene value
+
+
+def _step(name: str, **slots: str) -> str:
+    """One main-loop statement: kernels/step_<name>.cuh, filled."""
+    return fill(snippet(__file__, f"step_{name}.cuh"), **slots)
 
 
 def _loop_body(seq: tuple, copy_async: bool) -> list[str]:
@@ -171,257 +182,51 @@ def _loop_body(seq: tuple, copy_async: bool) -> list[str]:
     # Is there a barrier on the way from MATH (iteration kt-1) round to LOAD (iteration kt)?
     between = [seq[(pos["MATH"] + j) % n] for j in range(1, (pos["LOAD"] - pos["MATH"]) % n)]
     guard = not any(t in ("WAIT", "SYNC") for t in between)
+    # with LOAD before WAIT, this iteration's copy group is one more that may stay in flight
     pending = "STAGES - 1" if pos["LOAD"] < pos["WAIT"] else "STAGES - 2"
     out = []
     for tok in seq:
         if tok == "LOAD":
             if guard:  # the slot LOAD overwrites was read by the previous MATH (the same statement as SYNC)
-                out.append("__syncthreads();")
-            out.append("{ int nt = kt + STAGES - 1; if (nt < KT) load_tile(A, B, sA, sB, nt % STAGES, nt, m0, n0, M, N, K); cp_commit(); }")
+                out.append(_step("sync"))
+            out.append(_step("load"))
         elif tok == "WAIT":
-            out.append(f"cp_wait<{pending}>(); __syncthreads();" if copy_async else "__syncthreads();")
-        elif tok == "MATH":
-            out.append("compute_tile(sA + (kt % STAGES) * A_STAGE, sB + (kt % STAGES) * B_STAGE, acc);")
-        elif tok == "SYNC":
-            out.append("__syncthreads();")
+            # with synchronous copies the data is in shared memory once every thread passes a barrier
+            out.append(_step("wait", pending=pending) if copy_async else _step("sync"))
+        else:
+            out.append(_step(tok.lower()))
     return out
 
 
-def render_source(g: Genome, dtype: str) -> str:
+def _defines(g: Genome, d: dict) -> str:
+    """The genome's choices (and what follows from them) as the #defines kernels/gemm.cu expects."""
     p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
+    return defines({
+        "BM": p["block_m"], "BN": p["block_n"], "BK": p["block_k"], "WARPS_M": p["warps_m"], "WARPS_N": p["warps_n"],
+        "THREADS": d["threads"], "GROUP_M": p["group_m"], "MIN_BLOCKS": p["min_blocks"], "VEC": m["vec"],
+        "STAGES": m["stages"], "COPY_ASYNC": m["copy"] == "async", "SWIZZLE": m["smem_layout"] == "xor",
+        "LDA": d["lda"], "LDB": d["ldb"], "CH": d["ch"],
+        # 16-byte chunks of a tile row the XOR swizzle permutes (at most 8: a 128-byte line)
+        "NCH_A": max(1, min(p["block_k"] // d["ch"], 8)), "NCH_B": max(1, min(p["block_n"] // d["ch"], 8)),
+        "A_STAGE": "(BM * LDA)", "B_STAGE": "(BK * LDB)", "WTM": "(BM / WARPS_M)", "WTN": "(BN / WARPS_N)",
+        "USE_MMA": r["math"] == "mma", "LM": d["lm"], "LN": d["ln"], "TM": "(WTM / LM)", "TN": "(WTN / LN)",
+        "STRIDED": r["assign"] == "strided"})
+
+
+def render_source(g: Genome, dtype: str) -> str:
+    """kernels/gemm.cu behind the genome's #defines, its slots filled: both math paths (USE_MMA
+    picks one), the copy width, and the main loop in the genome's order."""
+    m, r = g["memory_pattern"], g["register_allocation"]["regs"]
     d = _derived(g, dtype)
-    (T, to_f, from_f), mma_t = SCALAR_TYPES[dtype], MMA_TYPES[dtype]
-    unroll = {0: "#pragma unroll", 1: "#pragma unroll 1", 2: "#pragma unroll 2"}[r["unroll"]]
-    body = "\n        ".join(_loop_body(g["instruction_sequence"]["loop"], m["copy"] == "async"))
-    nch_a = max(1, min(p["block_k"] // d["ch"], 8))
-    nch_b = max(1, min(p["block_n"] // d["ch"], 8))
-    return f"""// AbeBot generated CUDA GEMM ({dtype})
-typedef {T} T;
-#define BM {p['block_m']}
-#define BN {p['block_n']}
-#define BK {p['block_k']}
-#define WARPS_M {p['warps_m']}
-#define WARPS_N {p['warps_n']}
-#define THREADS {d['threads']}
-#define GROUP_M {p['group_m']}
-#define MIN_BLOCKS {p['min_blocks']}
-#define VEC {m['vec']}
-#define STAGES {m['stages']}
-#define COPY_ASYNC {int(m['copy'] == 'async')}
-#define SWIZZLE {int(m['smem_layout'] == 'xor')}
-#define LDA {d['lda']}
-#define LDB {d['ldb']}
-#define CH {d['ch']}
-#define NCH_A {nch_a}
-#define NCH_B {nch_b}
-#define A_STAGE (BM * LDA)
-#define B_STAGE (BK * LDB)
-#define WTM (BM / WARPS_M)
-#define WTN (BN / WARPS_N)
-#define USE_MMA {int(r['math'] == 'mma')}
-#define LM {d['lm']}
-#define LN {d['ln']}
-#define TM (WTM / LM)
-#define TN (WTN / LN)
-#define STRIDED {int(r['assign'] == 'strided')}
-
-static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
-static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
-
-// element (r, c) of a shared tile with leading dimension LD: padded rows or XOR-swizzled 16-byte chunks
-#if SWIZZLE
-#define A_IDX(r, c) ((r) * LDA + ((((c) / CH) ^ ((r) % NCH_A)) * CH) + ((c) % CH))
-#define B_IDX(r, c) ((r) * LDB + ((((c) / CH) ^ ((r) % NCH_B)) * CH) + ((c) % CH))
-#else
-#define A_IDX(r, c) ((r) * LDA + (c))
-#define B_IDX(r, c) ((r) * LDB + (c))
-#endif
-
-static __device__ __forceinline__ unsigned smem_u32(const void *p) {{
-    unsigned a; asm("{{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }}" : "=r"(a) : "l"(p)); return a;
-}}
-static __device__ __forceinline__ void cp_commit() {{
-#if COPY_ASYNC
-    asm volatile("cp.async.commit_group;\\n" ::);
-#endif
-}}
-template <int N> static __device__ __forceinline__ void cp_wait() {{
-#if COPY_ASYNC
-    asm volatile("cp.async.wait_group %0;\\n" :: "n"(N < 0 ? 0 : N));
-#endif
-}}
-
-// one VEC-wide copy global -> shared; falls back to guarded element copies at edges / misalignment
-static __device__ __forceinline__ void copy_vec(T *dst, const T *src, bool full, int valid) {{
-    if (full) {{
-#if COPY_ASYNC
-        asm volatile("cp.async.{'cg' if m['vec'] * d['elt'] == 16 else 'ca'}.shared.global [%0], [%1], %2;\\n"
-                     :: "r"(smem_u32(dst)), "l"(src), "n"(VEC * (int)sizeof(T)));
-#else
-#if VEC * {d['elt']} == 16
-        *(uint4 *)dst = __ldg((const uint4 *)src);
-#elif VEC * {d['elt']} == 8
-        *(uint2 *)dst = __ldg((const uint2 *)src);
-#elif VEC * {d['elt']} == 4
-        *(unsigned *)dst = __ldg((const unsigned *)src);
-#else
-        *dst = *src;
-#endif
-#endif
-    }} else {{
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) dst[e] = e < valid ? src[e] : from_f(0.f);
-    }}
-}}
-
-static __device__ __forceinline__ void load_tile(const T *__restrict__ A, const T *__restrict__ B, T *sA, T *sB,
-                                                 int slot, int kt, int m0, int n0, int M, int N, int K) {{
-    T *a = sA + slot * A_STAGE, *b = sB + slot * B_STAGE;
-    const int k0 = kt * BK;
-#pragma unroll
-    for (int v = threadIdx.x; v < BM * BK / VEC; v += THREADS) {{
-        int r = v / (BK / VEC), c = (v % (BK / VEC)) * VEC;
-        int gr = m0 + r, gc = k0 + c;
-        int valid = gr < M ? min(VEC, K - gc) : 0;
-        copy_vec(a + A_IDX(r, c), A + (long long)min(gr, M - 1) * K + min(gc, K - 1), valid == VEC && (K % VEC) == 0, valid);
-    }}
-#pragma unroll
-    for (int v = threadIdx.x; v < BK * BN / VEC; v += THREADS) {{
-        int r = v / (BN / VEC), c = (v % (BN / VEC)) * VEC;
-        int gr = k0 + r, gc = n0 + c;
-        int valid = gr < K ? min(VEC, N - gc) : 0;
-        copy_vec(b + B_IDX(r, c), B + (long long)min(gr, K - 1) * N + min(gc, N - 1), valid == VEC && (N % VEC) == 0, valid);
-    }}
-}}
-
-#if USE_MMA
-#define MI (WTM / 16)
-#define NI (WTN / 8)
-typedef float Acc[MI][NI][4];
-static __device__ __forceinline__ void init_acc(Acc &acc) {{
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-}}
-static __device__ __forceinline__ void compute_tile(const T *a, const T *b, Acc &acc) {{
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-    {unroll}
-    for (int kk = 0; kk < BK; kk += 16) {{
-        unsigned af[MI][4], bfr[NI][2];
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {{
-            int row = wm * WTM + mi * 16 + (lane % 16), col = kk + (lane / 16) * 8;
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0,%1,%2,%3}}, [%4];\\n"
-                         : "=r"(af[mi][0]), "=r"(af[mi][1]), "=r"(af[mi][2]), "=r"(af[mi][3]) : "r"(smem_u32(a + A_IDX(row, col))));
-        }}
-#pragma unroll
-        for (int ni = 0; ni < NI; ni += 2) {{
-            int row = kk + (lane % 8) + ((lane / 8) % 2) * 8, col = wn * WTN + ni * 8 + (lane / 16) * 8;
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%0,%1,%2,%3}}, [%4];\\n"
-                         : "=r"(bfr[ni][0]), "=r"(bfr[ni][1]), "=r"(bfr[ni + 1][0]), "=r"(bfr[ni + 1][1]) : "r"(smem_u32(b + B_IDX(row, col))));
-        }}
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < NI; ++ni)
-                asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{mma_t}.{mma_t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\\n"
-                             : "+f"(acc[mi][ni][0]), "+f"(acc[mi][ni][1]), "+f"(acc[mi][ni][2]), "+f"(acc[mi][ni][3])
-                             : "r"(af[mi][0]), "r"(af[mi][1]), "r"(af[mi][2]), "r"(af[mi][3]), "r"(bfr[ni][0]), "r"(bfr[ni][1]));
-    }}
-}}
-static __device__ __forceinline__ void store_c(T *C, Acc &acc, int m0, int n0, int M, int N) {{
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {{
-                int row = m0 + wm * WTM + mi * 16 + lane / 4 + h * 8, col = n0 + wn * WTN + ni * 8 + (lane % 4) * 2;
-                if (row >= M) continue;
-                T *dst = C + (long long)row * N + col;
-                if (col + 1 < N && (N % 2) == 0 && sizeof(T) == 2) {{
-                    unsigned lo = from_f(acc[mi][ni][2 * h]), hi = from_f(acc[mi][ni][2 * h + 1]);
-                    *(unsigned *)dst = lo | (hi << 16);
-                }} else {{
-                    if (col < N) dst[0] = from_f(acc[mi][ni][2 * h]);
-                    if (col + 1 < N) dst[1] = from_f(acc[mi][ni][2 * h + 1]);
-                }}
-            }}
-}}
-#else
-typedef float Acc[TM][TN];
-static __device__ __forceinline__ void init_acc(Acc &acc) {{
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
-}}
-// thread tile row i / column j of this thread inside the block tile
-#if STRIDED
-#define ROW_OF(i) (wm * WTM + (i) * LM + lm)
-#define COL_OF(j) (wn * WTN + (j) * LN + ln)
-#else
-#define ROW_OF(i) (wm * WTM + lm * TM + (i))
-#define COL_OF(j) (wn * WTN + ln * TN + (j))
-#endif
-static __device__ __forceinline__ void compute_tile(const T *a, const T *b, Acc &acc) {{
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int wm = warp / WARPS_N, wn = warp % WARPS_N, lm = lane / LN, ln = lane % LN;
-    {unroll}
-    for (int kk = 0; kk < BK; ++kk) {{
-        float av[TM], bv[TN];
-#pragma unroll
-        for (int i = 0; i < TM; ++i) av[i] = to_f(a[A_IDX(ROW_OF(i), kk)]);
-#pragma unroll
-        for (int j = 0; j < TN; ++j) bv[j] = to_f(b[B_IDX(kk, COL_OF(j))]);
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }}
-}}
-static __device__ __forceinline__ void store_c(T *C, Acc &acc, int m0, int n0, int M, int N) {{
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int wm = warp / WARPS_N, wn = warp % WARPS_N, lm = lane / LN, ln = lane % LN;
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) {{
-            int row = m0 + ROW_OF(i), col = n0 + COL_OF(j);
-            if (row < M && col < N) C[(long long)row * N + col] = from_f(acc[i][j]);
-        }}
-}}
-#endif
-
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-abebot_gemm(const T *__restrict__ A, const T *__restrict__ B, T *__restrict__ C, int M, int N, int K) {{
-    extern __shared__ __align__(16) unsigned char smem[];
-    T *sA = (T *)smem, *sB = sA + STAGES * A_STAGE;
-    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const int pid = blockIdx.x, width = GROUP_M * tiles_n, group = pid / width;
-    const int first_m = group * GROUP_M, size_m = min(tiles_m - first_m, GROUP_M);
-    const int m0 = (first_m + (pid % width) % size_m) * BM, n0 = ((pid % width) / size_m) * BN;
-    const int KT = (K + BK - 1) / BK;
-    Acc acc;
-    init_acc(acc);
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {{
-        if (s < KT) load_tile(A, B, sA, sB, s, s, m0, n0, M, N, K);
-        cp_commit();
-    }}
-    for (int kt = 0; kt < KT; ++kt) {{
-        {body}
-    }}
-    cp_wait<0>();
-    store_c(C, acc, m0, n0, M, N);
-}}
-"""
+    T, to_f, from_f = SCALAR_TYPES[dtype]
+    unroll = UNROLL[r["unroll"]]
+    body = fill(kernel_body(__file__, "gemm.cu"), to_f=to_f, from_f=from_f,
+                cp_cache="cg" if m["vec"] * d["elt"] == 16 else "ca",  # 16-byte copies may bypass L1
+                elt=str(d["elt"]),
+                mma=fill(snippet(__file__, "mma.cuh"), unroll=unroll, mma_t=MMA_TYPES[dtype]),
+                ffma=fill(snippet(__file__, "ffma.cuh"), unroll=unroll),
+                body="\n        ".join(_loop_body(g["instruction_sequence"]["loop"], m["copy"] == "async")))
+    return f"// AbeBot generated CUDA GEMM ({dtype})\ntypedef {T} T;\n" + _defines(g, d) + "\n" + body
 
 
 TEMPLATE = CudaGemmTemplate

@@ -15,6 +15,9 @@ whose half width is not a multiple of ``vec`` (or a misaligned tensor) runs a sc
 * register_allocation -- work items in flight per thread, ``#pragma unroll`` of the step loop;
 * instruction_sequence -- the order of the three loads of a step (x1, x2, cos/sin) before the
   rotation and the store.
+
+The CUDA C lies in ``kernels/``: ``rope.cu`` is the frame, the other files the pieces a genome picks
+for its slots (see each file's opening comment); this module writes the ``#define``s and chooses.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
+from core.workloads.kernel_files import defines, fill, kernel_body, snippet
 from core.workloads.template import Template
 
 TOKENS = ("LOAD_X1", "LOAD_X2", "LOAD_CS", "ROTATE", "STORE")
@@ -129,163 +133,46 @@ def _floats(g: Genome) -> int:
     return 4 * r["items"] * g["memory_pattern"]["vec"] * r["unroll"]
 
 
-_STEPS = {
-    "LOAD_X1": """
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) if (ok[i]) load_vec<V, 0>(xp[i] + j[i], a[i]);""",
-    "LOAD_X2": """
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) if (ok[i]) load_vec<V, 0>(xp[i] + H + j[i], b[i]);""",
-    "LOAD_CS": """
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) if (ok[i]) load_cs<V>(cs, scs, H, j[i], c[i], s[i]);""",
-    "ROTATE": """
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i)
-#pragma unroll
-            for (int e = 0; e < V; ++e) {
-                const float x1 = a[i][e], x2 = b[i][e];
-                a[i][e] = x1 * c[i][e] - x2 * s[i][e];
-                b[i][e] = x2 * c[i][e] + x1 * s[i][e];
-            }""",
-    "STORE": """
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) if (ok[i]) { store_vec<V>(xp[i] + j[i], a[i]); store_vec<V>(xp[i] + H + j[i], b[i]); }""",
-}
-
-
 def _access(kind: str, hint: str) -> str:
     """PTX of a 2/4/8/16-byte global load (kind "ld") or store ("st") with ``hint``, by byte count."""
-    if kind == "ld":
-        return f"""        if constexpr (BYTES == 2) {{ unsigned short h; asm volatile("ld.global{hint}.u16 %0, [%1];" : "=h"(h) : "l"(p)); w[0] = h; }}
-        else if constexpr (BYTES == 16) asm volatile("ld.global{hint}.v4.u32 {{%0,%1,%2,%3}}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-        else if constexpr (BYTES == 8) asm volatile("ld.global{hint}.v2.u32 {{%0,%1}}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
-        else asm volatile("ld.global{hint}.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));"""
-    return f"""        if constexpr (BYTES == 2) asm volatile("st.global{hint}.u16 [%0], %1;" :: "l"(p), "h"((unsigned short)w[0]) : "memory");
-        else if constexpr (BYTES == 16) asm volatile("st.global{hint}.v4.u32 [%0], {{%1,%2,%3,%4}};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
-        else if constexpr (BYTES == 8) asm volatile("st.global{hint}.v2.u32 [%0], {{%1,%2}};" :: "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
-        else asm volatile("st.global{hint}.u32 [%0], %1;" :: "l"(p), "r"(w[0]) : "memory");"""
+    return fill(snippet(__file__, f"access_{kind}.cuh"), hint=hint)
 
 
 def _main(p: dict) -> str:
     """The block's loop over its tokens (and head range)."""
-    run = """            const T *cs = cache + (long long)positions[t] * 2 * H;
-            T *qt = q + (long long)t * nq * 2 * H, *kt = k + (long long)t * nk * 2 * H;
-            if (vec_ok) token_run<VEC>(cs, qt, kt, nq, h_lo, h_hi, H, scs);
-            else token_run<1>(cs, qt, kt, nq, h_lo, h_hi, H, scs);"""
+    run = snippet(__file__, "token_call.cuh")
     if p["schedule"] == "head_split":
-        return f"""    const int t = blockIdx.x;
-    const int h_lo = blockIdx.y * HEADS_PER_BLOCK, h_hi = h_lo + HEADS_PER_BLOCK < nq + nk ? h_lo + HEADS_PER_BLOCK : nq + nk;
-    {{
-{run}
-    }}"""
+        return fill(snippet(__file__, "main_head_split.cuh"), run=run)
     loop = ("for (int rb = blockIdx.x; rb < (tokens + TOKENS_PER_BLOCK - 1) / TOKENS_PER_BLOCK; rb += gridDim.x)"
             if p["schedule"] == "persistent" else "for (int rb = blockIdx.x; rb < blockIdx.x + 1; ++rb)")
-    return f"""    const int h_lo = 0, h_hi = nq + nk;
-    {loop} {{
-        for (int i = 0; i < TOKENS_PER_BLOCK; ++i) {{
-            const int t = rb * TOKENS_PER_BLOCK + i;
-            if (t >= tokens) break;
-{run}
-        }}
-    }}"""
+    return fill(snippet(__file__, "main_tokens.cuh"), loop=loop, run=run)
+
+
+def _defines(g: Genome, problem: dict) -> str:
+    """The genome's (and the problem's) choices as the #defines rope.cu expects."""
+    p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
+    sched = ({"HEADS_PER_BLOCK": p["heads_per_block"]} if p["schedule"] == "head_split"
+             else {"TOKENS_PER_BLOCK": p["tokens_per_block"]})
+    if p["schedule"] == "persistent":
+        sched["WAVES"] = f"{p['waves']}  // grid size: set at launch, recorded here"
+    return defines({"THREADS": p["threads"], **sched, "VEC": m["vec"], "ITEMS": r["items"],
+                    "ELT": dtype_bytes(problem["dtype"]), "HALF_MAX": _half_max(problem)})
 
 
 def render_source(g: Genome, problem: dict) -> str:
-    p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
+    """kernels/rope.cu behind the genome's #defines, its slots filled with the snippets the genome
+    picks."""
+    m, r = g["memory_pattern"], g["register_allocation"]["regs"]
     dtype = problem["dtype"]
     T, to_f, from_f = SCALAR_TYPES[dtype]
     shared = m["cs_stage"] == "shared"
-    steps = "".join(_STEPS[tok] for tok in g["instruction_sequence"]["body"])
-    sched = (f"#define HEADS_PER_BLOCK {p['heads_per_block']}\n" if p["schedule"] == "head_split"
-             else f"#define TOKENS_PER_BLOCK {p['tokens_per_block']}\n")
-    if p["schedule"] == "persistent":
-        sched += f"#define WAVES {p['waves']}  // grid size: set at launch, recorded here\n"
-    stage = ("""    // stage the token's cos and sin as floats (the previous token's readers are done)
-    __syncthreads();
-    for (int e = threadIdx.x; e < 2 * H; e += THREADS) { float f[1]; load_vec<1, 1>(cs + e, f); scs[e] = f[0]; }
-    __syncthreads();
-""" if shared else "")
-    cs_from = ("""    // from shared memory (volatile, so the genome's order of the loads holds)
-    const unsigned a = (unsigned)__cvta_generic_to_shared(scs + j);
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(c[e]) : "r"(a + 4 * e));
-        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(s[e]) : "r"(a + 4 * (H + e)));
-    }""" if shared else """    load_vec<V, 1>(cs + j, c);
-    load_vec<V, 1>(cs + H + j, s);""")
-    return f"""// AbeBot generated CUDA RoPE, NeoX style, in place ({dtype})
-typedef {T} T;
-#define THREADS {p['threads']}
-{sched}#define VEC {m['vec']}
-#define ITEMS {r['items']}
-#define ELT {dtype_bytes(dtype)}
-#define HALF_MAX {_half_max(problem)}
-
-static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
-static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
-
-// V elements -> V floats through one load; WHICH 0 is q/k (x hint), 1 the cos/sin cache (cs hint)
-template <int V, int WHICH> static __device__ __forceinline__ void load_vec(const T *p, float *o) {{
-    constexpr int BYTES = V * ELT;
-    unsigned w[BYTES >= 4 ? BYTES / 4 : 1];
-    if constexpr (WHICH == 0) {{
-{_access("ld", m["x_load"])}
-    }} else {{
-{_access("ld", m["cs_load"])}
-    }}
-    if constexpr (BYTES == 2) o[0] = to_f((T)w[0]);
-    else {{
-#pragma unroll
-        for (int i = 0; i < BYTES / 4; ++i) {{
-            if constexpr (ELT == 4) o[i] = __uint_as_float(w[i]);
-            else {{ o[2 * i] = to_f((T)(w[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(w[i] >> 16)); }}
-        }}
-    }}
-}}
-template <int V> static __device__ __forceinline__ void store_vec(T *p, const float *v) {{
-    constexpr int BYTES = V * ELT;
-    unsigned w[BYTES >= 4 ? BYTES / 4 : 1];
-    if constexpr (BYTES == 2) w[0] = (unsigned short)from_f(v[0]);
-    else {{
-#pragma unroll
-        for (int i = 0; i < BYTES / 4; ++i) {{
-            if constexpr (ELT == 4) w[i] = __float_as_uint(v[i]);
-            else w[i] = (unsigned)(unsigned short)from_f(v[2 * i]) | ((unsigned)(unsigned short)from_f(v[2 * i + 1]) << 16);
-        }}
-    }}
-{_access("st", m["store"])}
-}}
-template <int V> static __device__ __forceinline__ void load_cs(const T *cs, const float *scs, int H, int j, float *c, float *s) {{
-{cs_from}
-}}
-
-// heads [h_lo, h_hi) of one token (query heads, then key heads): (h_hi - h_lo) * H / V work items
-template <int V>
-static __device__ __forceinline__ void token_run(const T *__restrict__ cs, T *qt, T *kt, int nq, int h_lo, int h_hi, int H,
-                                                 float *scs) {{
-{stage}    const int nv = H / V, n = (h_hi - h_lo) * nv;
-#pragma unroll {r['unroll']}
-    for (int base = threadIdx.x; base < n; base += THREADS * ITEMS) {{
-        float a[ITEMS][V], b[ITEMS][V], c[ITEMS][V], s[ITEMS][V];
-        T *xp[ITEMS];
-        int j[ITEMS];
-        bool ok[ITEMS];
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {{
-            const int w = base + i * THREADS, h = h_lo + w / nv;
-            ok[i] = w < n;
-            j[i] = (w % nv) * V;
-            xp[i] = h < nq ? qt + (long long)h * 2 * H : kt + (long long)(h - nq) * 2 * H;
-        }}{steps}
-    }}
-}}
-
-extern "C" __global__ void __launch_bounds__(THREADS)
-abebot_rope(const int *__restrict__ positions, const T *__restrict__ cache, T *q, T *k, int tokens, int nq, int nk, int H) {{
-    {"__shared__ __align__(16) float scs[2 * HALF_MAX];" if shared else "float *scs = nullptr;"}
-    const unsigned long long any = (unsigned long long)cache | (unsigned long long)q | (unsigned long long)k;
-    const bool vec_ok = H % VEC == 0 && any % (VEC * ELT) == 0;  // else the scalar twin
-{_main(p)}
-}}
-"""
+    body = fill(kernel_body(__file__, "rope.cu"), to_f=to_f, from_f=from_f,
+                ld_x=_access("ld", m["x_load"]), ld_cs=_access("ld", m["cs_load"]), st=_access("st", m["store"]),
+                cs_from=snippet(__file__, "cs_shared.cuh" if shared else "cs_global.cuh"),
+                stage=kernel_body(__file__, "stage_shared.cuh") if shared else "",
+                unroll=str(r["unroll"]),
+                steps="\n".join(snippet(__file__, f"step_{tok.lower()}.cuh") for tok in g["instruction_sequence"]["body"]),
+                scs="__shared__ __align__(16) float scs[2 * HALF_MAX];" if shared else "float *scs = nullptr;",
+                main=_main(g["parallel_config"]))
+    return (f"// AbeBot generated CUDA RoPE, NeoX style, in place ({dtype})\ntypedef {T} T;\n"
+            + _defines(g, problem) + "\n" + body)

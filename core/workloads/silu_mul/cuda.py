@@ -15,6 +15,10 @@ computation is in float32 and rounded once to the output dtype.
   accurate ``expf`` or ``__expf`` (ex2.approx), IEEE division, ``__fdividef`` or ``__frcp_rn``;
 * instruction_sequence -- the order of load gate, load up, SiLU, multiply, store (all items of a
   step per token: SiLU before loading up overlaps the exp with up's latency).
+
+The CUDA C lies in ``kernels/``: ``silu_mul.cu`` is the frame, the other files the pieces a genome
+picks for its slots (see each file's opening comment); this module writes the ``#define``s and
+chooses.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
+from core.workloads.kernel_files import defines, fill, kernel_body, snippet
 from core.workloads.template import Template
 
 TOKENS = ("LOAD_GATE", "LOAD_UP", "SILU", "MUL", "STORE")
@@ -135,136 +140,39 @@ def _floats(g: Genome) -> int:
     r = g["register_allocation"]["regs"]
     return 2 * r["items"] * g["memory_pattern"]["vec"] * r["unroll"]
 
+
+# silu's division g / (1 + exp(-g)), by the genome's choice
 _DIV = {"ieee": "g / d", "__fdividef": "__fdividef(g, d)", "rcp": "g * __frcp_rn(d)"}
 
-_STEPS = {
-    "LOAD_GATE": """
-#pragma unroll
-        for (int it = 0; it < ITEMS; ++it) if (base + it * span < n) load_vec<V>(g + base + it * span, gv[it]);""",
-    "LOAD_UP": """
-#pragma unroll
-        for (int it = 0; it < ITEMS; ++it) if (base + it * span < n) load_vec<V>(u + base + it * span, uv[it]);""",
-    "SILU": """
-#pragma unroll
-        for (int it = 0; it < ITEMS; ++it)
-#pragma unroll
-            for (int e = 0; e < V; ++e) gv[it][e] = silu(gv[it][e]);""",
-    "MUL": """
-#pragma unroll
-        for (int it = 0; it < ITEMS; ++it)
-#pragma unroll
-            for (int e = 0; e < V; ++e) uv[it][e] *= gv[it][e];""",
-    "STORE": """
-#pragma unroll
-        for (int it = 0; it < ITEMS; ++it) if (base + it * span < n) {
-#pragma unroll
-            for (int k = 0; k < V; k += SV) store_vec<SV>(o + base + it * span + k, uv[it] + k);
-        }""",
-}
+def _main(p: dict) -> str:
+    """The kernel body: one span over the whole grid, or the block's row group(s)."""
+    if p["schedule"] == "flat":
+        return snippet(__file__, "main_flat.cuh")
+    loop = ("for (int rb = blockIdx.x; rb < (tokens + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK; rb += gridDim.x)"
+            if p["schedule"] == "persistent" else "for (int rb = blockIdx.x; rb < blockIdx.x + 1; ++rb)")
+    return fill(snippet(__file__, "main_rows.cuh"), loop=loop)
+
+
+def _defines(g: Genome, dtype: str) -> str:
+    """The genome's choices as the #defines silu_mul.cu expects."""
+    p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
+    # Only what the schedule reads: rows per block (row groups), waves (grids sized per SM: set at
+    # launch, recorded here so that a grid change changes the source).
+    schedule = {} if p["schedule"] == "flat" else {"ROWS_PER_BLOCK": p["rows_per_block"]}
+    if p["schedule"] != "rows":
+        schedule["WAVES"] = f"{p['waves']}  // grid size: set at launch, recorded here"
+    return defines({"THREADS": p["threads"], **schedule, "VEC": m["vec"], "STORE_VEC": m["store_vec"],
+                    "ITEMS": r["items"], "ELT": dtype_bytes(dtype)})
 
 
 def render_source(g: Genome, dtype: str) -> str:
-    p, m, r = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["regs"]
+    """kernels/silu_mul.cu behind the genome's #defines, its slots filled with the snippets the
+    genome picks."""
+    m, r = g["memory_pattern"], g["register_allocation"]["regs"]
     T, to_f, from_f = SCALAR_TYPES[dtype]
-    ld, st = m["load"], m["store"]
-    exp = "expf" if r["exp"] == "expf" else "__expf"
-    steps = "".join(_STEPS[tok] for tok in g["instruction_sequence"]["body"])
-    if p["schedule"] == "flat":
-        main = """    const long long n = (long long)tokens * hidden;
-    const long long tid = (long long)blockIdx.x * THREADS + threadIdx.x, nthreads = (long long)gridDim.x * THREADS;
-    if (aligned(gate, up, out)) {
-        const long long nv = n - n % VEC;  // the vector part; the last n % VEC elements run scalar
-        span_run<VEC>(gate, up, out, nv, tid, nthreads);
-        span_run<1>(gate + nv, up + nv, out + nv, n - nv, tid, nthreads);
-    } else {
-        span_run<1>(gate, up, out, n, tid, nthreads);
-    }"""
-    else:
-        loop = ("for (int rb = blockIdx.x; rb < (tokens + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK; rb += gridDim.x)"
-                if p["schedule"] == "persistent" else "for (int rb = blockIdx.x; rb < blockIdx.x + 1; ++rb)")
-        main = f"""    // rows start on the vector grid only when hidden is a multiple of VEC: else the scalar twin runs
-    const bool vec_ok = hidden % VEC == 0 && aligned(gate, up, out);
-    {loop} {{
-        for (int i = 0; i < ROWS_PER_BLOCK; ++i) {{
-            const long long row = (long long)rb * ROWS_PER_BLOCK + i;
-            if (row >= tokens) break;
-            const long long o = row * hidden;
-            if (vec_ok) span_run<VEC>(gate + o, up + o, out + o, hidden, threadIdx.x, THREADS);
-            else span_run<1>(gate + o, up + o, out + o, hidden, threadIdx.x, THREADS);
-        }}
-    }}"""
-    # Only what the schedule reads: rows per block (row groups), waves (grids sized per SM: set at
-    # launch, recorded here so that a grid change changes the source).
-    schedule = "" if p["schedule"] == "flat" else f"#define ROWS_PER_BLOCK {p['rows_per_block']}\n"
-    schedule += "" if p["schedule"] == "rows" else f"#define WAVES {p['waves']}  // grid size: set at launch, recorded here\n"
-    return f"""// AbeBot generated CUDA SiLU-and-multiply ({dtype})
-typedef {T} T;
-#define THREADS {p['threads']}
-{schedule}#define VEC {m['vec']}
-#define STORE_VEC {m['store_vec']}
-#define ITEMS {r['items']}
-#define ELT {dtype_bytes(dtype)}
-
-static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
-static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
-static __device__ __forceinline__ float silu(float g) {{ const float d = 1.0f + {exp}(-g); return {_DIV[r['div']]}; }}
-static __device__ __forceinline__ bool aligned(const void *a, const void *b, const void *c) {{
-    return (((unsigned long long)a | (unsigned long long)b | (unsigned long long)c) % (VEC * ELT)) == 0;
-}}
-
-// V elements of T -> V floats through one 2/4/8/16-byte load with the genome's cache hint
-template <int V> static __device__ __forceinline__ void load_vec(const T *p, float *o) {{
-    constexpr int BYTES = V * ELT;
-    if constexpr (BYTES == 2) {{
-        unsigned short h;
-        asm volatile("ld.global{ld}.u16 %0, [%1];" : "=h"(h) : "l"(p));
-        o[0] = to_f((T)h);
-    }} else {{
-        unsigned w[BYTES / 4];
-        if constexpr (BYTES == 16) asm volatile("ld.global{ld}.v4.u32 {{%0,%1,%2,%3}}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-        else if constexpr (BYTES == 8) asm volatile("ld.global{ld}.v2.u32 {{%0,%1}}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
-        else asm volatile("ld.global{ld}.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
-#pragma unroll
-        for (int i = 0; i < BYTES / 4; ++i) {{
-            if constexpr (ELT == 4) o[i] = __uint_as_float(w[i]);
-            else {{ o[2 * i] = to_f((T)(w[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(w[i] >> 16)); }}
-        }}
-    }}
-}}
-// V floats -> V elements of T through one store with the genome's cache hint
-template <int V> static __device__ __forceinline__ void store_vec(T *p, const float *v) {{
-    constexpr int BYTES = V * ELT;
-    if constexpr (BYTES == 2) {{
-        const unsigned short h = (unsigned short)from_f(v[0]);
-        asm volatile("st.global{st}.u16 [%0], %1;" :: "l"(p), "h"(h) : "memory");
-    }} else {{
-        unsigned w[BYTES / 4];
-#pragma unroll
-        for (int i = 0; i < BYTES / 4; ++i) {{
-            if constexpr (ELT == 4) w[i] = __float_as_uint(v[i]);
-            else w[i] = (unsigned)(unsigned short)from_f(v[2 * i]) | ((unsigned)(unsigned short)from_f(v[2 * i + 1]) << 16);
-        }}
-        if constexpr (BYTES == 16) asm volatile("st.global{st}.v4.u32 [%0], {{%1,%2,%3,%4}};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
-        else if constexpr (BYTES == 8) asm volatile("st.global{st}.v2.u32 [%0], {{%1,%2}};" :: "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
-        else asm volatile("st.global{st}.u32 [%0], %1;" :: "l"(p), "r"(w[0]) : "memory");
-    }}
-}}
-
-// elements [0, n) of one span, V at a time: thread tid of nthreads takes vectors tid, tid + nthreads, ...
-// ITEMS of them per step, in flight together
-template <int V>
-static __device__ __forceinline__ void span_run(const T *__restrict__ g, const T *__restrict__ u, T *__restrict__ o,
-                                                long long n, long long tid, long long nthreads) {{
-    constexpr int SV = STORE_VEC < V ? STORE_VEC : V;
-    const long long span = nthreads * V;
-#pragma unroll {r['unroll']}
-    for (long long base = tid * V; base < n; base += span * ITEMS) {{
-        float gv[ITEMS][V], uv[ITEMS][V];{steps}
-    }}
-}}
-
-extern "C" __global__ void __launch_bounds__(THREADS)
-abebot_silu_mul(const T *__restrict__ gate, const T *__restrict__ up, T *__restrict__ out, int tokens, int hidden) {{
-{main}
-}}
-"""
+    body = fill(kernel_body(__file__, "silu_mul.cu"), to_f=to_f, from_f=from_f,
+                exp="expf" if r["exp"] == "expf" else "__expf", div=_DIV[r["div"]],
+                ld=m["load"], st=m["store"], unroll=str(r["unroll"]),
+                steps="\n".join(snippet(__file__, f"step_{tok.lower()}.cuh") for tok in g["instruction_sequence"]["body"]),
+                main=_main(g["parallel_config"]))
+    return f"// AbeBot generated CUDA SiLU-and-multiply ({dtype})\ntypedef {T} T;\n" + _defines(g, dtype) + "\n" + body

@@ -38,6 +38,7 @@ from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import GeneSpace, Genome
+from core.workloads.kernel_files import fill, kernel_body
 from core.workloads.template import Template
 from core.workloads.w4a16 import cuda_mma, cuda_mma_w, cuda_norm
 from core.workloads.w4a16.cuda_genes import (CANONICALISERS, fits, gene_groups, launch_bounds, register_cap, seeds,
@@ -249,34 +250,13 @@ def _word_math(method: str, per_word: bool, order: tuple) -> str:
 
 def _raw8(hint: str) -> str:
     """``load_raw8``: the 8 values of one word's rows of K as floats."""
-    return """// 8 values of one word's rows of K as floats (16 bytes for 16-bit types, twice that for float)
-static __device__ __forceinline__ void load_raw8(const T *p, float *o) {
-    constexpr int BYTES = 16;
-#pragma unroll
-    for (int h = 0; h < 8 * ELT / 16; ++h) {
-        unsigned u[4];
-""" + _load(hint, "p + h * 16 / ELT") + """
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            if constexpr (ELT == 4) o[h * 4 + i] = __uint_as_float(u[i]);
-            else { o[2 * i] = to_f((T)(u[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(u[i] >> 16)); }
-        }
-    }
-}
-"""
+    return fill(kernel_body(__file__, "gemv_load_raw8.cuh"), load=_load(hint, "p + h * 16 / ELT"))
 
 
 def _layout(layout: str) -> str:
     """Where word (kw, c) and scale (grp, c) are: GPTQ's rows of N, or strips of the block's CB
     columns, each KW words (G scales) long (:func:`strips`)."""
-    if layout == "strips":
-        return """#define CB (TC * VEC)
-#define WORD(kw, c) ((long long)((c) / CB) * KW * CB + (c) % CB + (long long)(kw) * CB)
-#define SCALE(grp, c) ((long long)((c) / CB) * G * CB + (c) % CB + (long long)(grp) * CB)
-"""
-    return """#define WORD(kw, c) ((long long)(kw) * N + (c))
-#define SCALE(grp, c) ((long long)(grp) * N + (c))
-"""
+    return kernel_body(__file__, "gemv_layout_strips.cuh" if layout == "strips" else "gemv_layout_gptq.cuh")
 
 
 def _mask_pos(b: int) -> int:
@@ -284,8 +264,9 @@ def _mask_pos(b: int) -> int:
 
 
 def render_source(g: Genome, problem: dict, norm: str | None = None) -> str:
-    """The kernel of genome ``g``; with ``norm`` ("load" or "store"), RMSNorm fused in front
-    (:mod:`core.workloads.rmsnorm_w4a16`): gamma on x as loaded, 1 / rms there or on the sums."""
+    """The kernel of genome ``g`` (``kernels/gemv.cu``, or a tensor-core path's); with ``norm``
+    ("load" or "store"), RMSNorm fused in front (:mod:`core.workloads.rmsnorm_w4a16`): gamma on x
+    as loaded, 1 / rms there or on the sums."""
     prologue = (_raw8(g["memory_pattern"]["x_load"]) + cuda_norm.PROLOGUE) if norm else ""
     if cuda_mma_w.applies(g):
         return cuda_mma_w.render_source(g, problem, cuda_norm.entry(norm, call_first=False), launch_bounds(g),
@@ -321,130 +302,19 @@ def render_source(g: Genome, problem: dict, norm: str | None = None) -> str:
               "                float xw[MT][8];\n    " + load_x.format(dst="xw", valid="true"))
     ssq = ", float *ssq" if stream else ""
     nz = 5 if method == "mask" else 1
-    return f"""// AbeBot generated CUDA {"RMSNorm + " if norm else ""}W4A16 ({dtype}, zero points: {problem.get('zero_points', False)}): y = {"rmsnorm(x) * gamma" if norm else "x"} . ((q - z) * s)
-typedef {T} T;
-#define THREADS {p['threads']}
-#define KSPLIT {p['ksplit']}
-#define TC (THREADS / KSPLIT)
-#define KL (TC >= 32 ? 1 : 32 / TC)
-#define NG (KSPLIT / KL)
-#define MT {p['rows_per_block']}
-#define VEC {m['vec']}
-#define B {ra['batch']}
-#define ELT {dtype_bytes(dtype)}
-{_layout(m["layout"])}
-static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
-static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
-
-// fp16x2 helpers of the half2 dequantisation: (hi, lo) packing, (a & b) | c, a - b, a * b + c, lo + hi
-static __device__ __forceinline__ unsigned pack_h2(float lo, float hi) {{
-    unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }}
-static __device__ __forceinline__ unsigned lop3_and_or(unsigned a, unsigned b, unsigned c) {{
-    unsigned r; asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }}
-static __device__ __forceinline__ unsigned hsub2(unsigned a, unsigned b) {{
-    unsigned r; asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }}
-static __device__ __forceinline__ unsigned hfma2(unsigned a, unsigned b, unsigned c) {{
-    unsigned r; asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }}
-static __device__ __forceinline__ float h2_sum(unsigned v) {{
-    float lo, hi;
-    asm("{{ .reg .f16 l, h; mov.b32 {{l, h}}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }}" : "=f"(lo), "=f"(hi) : "r"(v));
-    return lo + hi; }}
-
-// V adjacent words of one row of qweight
-template <int V> static __device__ __forceinline__ void load_words(const int *p, unsigned *u) {{
-    constexpr int BYTES = 4 * V;
-{_load(m["w_load"], "p")}
-}}
-{_raw8(m['x_load'])}// the 8 x values of one word (pre-scaled for the mask dequantisation)
-static __device__ __forceinline__ void load_x8(const T *p, float *o) {{
-    load_raw8(p, o);
-    {prescale}
-}}
-{cuda_norm.PROLOGUE if norm else ""}
-// columns [c, c + V) of rows [m0, m0 + MT): words ks, ks + KSPLIT, ... of the K / 8
-template <int V>
-static __device__ __forceinline__ void run(const T *__restrict__ x, const int *__restrict__ qw, const T *__restrict__ sc,
-                                           const unsigned char *__restrict__ zp, const T *__restrict__ gm, const float *inv,
-                                           int M, int N, int G, int m0, int c, int ks, float (*acc)[VEC]{ssq}) {{
-    const int KW = G * 16;
-    const T *xr[MT];
-#pragma unroll
-    for (int a = 0; a < MT; ++a) xr[a] = x + (long long)(m0 + a < M ? m0 + a : m0) * G * 128;
-{"    unsigned w[B][V];" + chr(10) + _load_batch("w", "ks") if prefetch else ""}
-#pragma unroll {ra['regs']['unroll']}
-    for (int j = ks; j < KW; j += KSPLIT * B) {{
-{x_batch}{_load_batch("wn", "j + KSPLIT * B") if prefetch else "            unsigned w[B][V];" + chr(10) + _load_batch("w", "j")}
-#pragma unroll
-            for (int u = 0; u < B; ++u) {{
-                const int kw = j + u * KSPLIT;
-                if (kw >= KW) break;
-                const int grp = kw >> 4;
-                float s[V], z[V], zc[{nz}][V];
-#pragma unroll
-                for (int e = 0; e < V; ++e) {{
-                    s[e] = to_f(sc[SCALE(grp, c + e)]);
-                    z[e] = {zero_of};
-#pragma unroll
-                    for (int q = 0; q < {nz}; ++q) zc[q][e] = 8388608.f + z[e] * (float)(1 << (4 * q));
-                }}
-{x_word}
-                float part[MT][V] = {{}};{steps}
-#pragma unroll
-                for (int a = 0; a < MT; ++a)
-#pragma unroll
-                    for (int e = 0; e < V; ++e) acc[a][e] += {"part[a][e] * s[e]" if per_word else "part[a][e]"};
-            }}{_copy_batch() if prefetch else ""}
-    }}
-}}
-
-extern "C" __global__ void {launch_bounds(g)}
-{cuda_norm.entry(norm)}
-    const int tc = threadIdx.x % TC, ks = threadIdx.x / TC;
-    const int c0 = (blockIdx.x * TC + tc) * VEC, m0 = blockIdx.y * MT;
-    float acc[MT][VEC] = {{}};{chr(10) + "    float ssq[MT] = {}, junk[MT];" if stream else ""}
-    const bool vec_ok = N % VEC == 0 && ((unsigned long long)qw % (4 * VEC)) == 0;  // else column by column
-    if (c0 < N) {{
-        if (vec_ok) run<VEC>(x, qw, sc, zp, gm, inv, M, N, G, m0, c0, ks, acc{", ssq" if stream else ""});
-        else {{
-            for (int e = 0; e < VEC && c0 + e < N; ++e) {{
-                float one[MT][VEC] = {{}};
-                run<1>(x, qw, sc, zp, gm, inv, M, N, G, m0, c0 + e, ks, one{", e == 0 ? ssq : junk" if stream else ""});
-#pragma unroll
-                for (int a = 0; a < MT; ++a) acc[a][e] = one[a][0];
-            }}
-        }}
-    }}{cuda_norm.NORM_CALL if norm == "store" else cuda_norm.STREAM_INV if stream else ""}
-#if KSPLIT > 1
-    // K lanes of a warp add up by shuffles (a warp holds KL of them), then the NG groups through
-    // shared memory in a fixed order; every thread reaches both, so no shuffle or barrier diverges
-#pragma unroll
-    for (int a = 0; a < MT; ++a)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-#pragma unroll
-            for (int off = TC; off < 32; off <<= 1) acc[a][e] += __shfl_xor_sync(0xffffffffu, acc[a][e], off);
-#if NG > 1
-    __shared__ float red[NG * TC * MT * VEC];
-    if (ks % KL == 0)
-#pragma unroll
-        for (int a = 0; a < MT; ++a)
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) red[(((ks / KL) * TC + tc) * MT + a) * VEC + e] = acc[a][e];
-    __syncthreads();
-    if (ks != 0) return;
-    for (int l = 1; l < NG; ++l)
-#pragma unroll
-        for (int a = 0; a < MT; ++a)
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) acc[a][e] += red[((l * TC + tc) * MT + a) * VEC + e];
-#endif
-    if (ks != 0) return;
-#endif
-    if (c0 >= N) return;
-#pragma unroll
-    for (int a = 0; a < MT; ++a)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-            if (m0 + a < M && c0 + e < N) y[(long long)(m0 + a) * N + c0 + e] = from_f(acc[a][e]{" * inv[a]" if norm in ("store", "stream") else ""});
-}}
-"""
+    return fill(kernel_body(__file__, "gemv.cu"), **{name: str(v) for name, v in {
+        "title": "RMSNorm + " if norm else "", "dtype": dtype, "zero_points": problem.get("zero_points", False),
+        "y_of": "rmsnorm(x) * gamma" if norm else "x", "T": T, "threads": p["threads"], "ksplit": p["ksplit"],
+        "mt": p["rows_per_block"], "vec": m["vec"], "b": ra["batch"], "elt": dtype_bytes(dtype),
+        "layout": _layout(m["layout"]), "to_f": to_f, "from_f": from_f, "load_words": _load(m["w_load"], "p"),
+        "load_raw8": _raw8(m["x_load"]), "prescale": prescale, "norm_prologue": cuda_norm.PROLOGUE if norm else "",
+        "ssq_param": ssq, "unroll": ra["regs"]["unroll"], "x_batch": x_batch, "nz": nz, "zero_of": zero_of,
+        "first_loads": "    unsigned w[B][V];\n" + _load_batch("w", "ks") if prefetch else "",
+        "batch_loads": (_load_batch("wn", "j + KSPLIT * B") if prefetch
+                        else "            unsigned w[B][V];\n" + _load_batch("w", "j")),
+        "x_word": x_word, "steps": steps, "acc_term": "part[a][e] * s[e]" if per_word else "part[a][e]",
+        "copy_batch": _copy_batch() if prefetch else "", "bounds": launch_bounds(g), "entry": cuda_norm.entry(norm),
+        "ssq_decl": "\n    float ssq[MT] = {}, junk[MT];" if stream else "", "ssq_arg": ", ssq" if stream else "",
+        "ssq_arg1": ", e == 0 ? ssq : junk" if stream else "",
+        "norm_tail": cuda_norm.NORM_CALL if norm == "store" else cuda_norm.STREAM_INV if stream else "",
+        "inv_y": " * inv[a]" if norm in ("store", "stream") else ""}.items()})

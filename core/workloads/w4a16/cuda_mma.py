@@ -43,6 +43,7 @@ from typing import Any
 
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import Genome, with_gene
+from core.workloads.kernel_files import fill, kernel_body, snippet
 from core.workloads.w4a16 import cuda_ring
 
 PACKED = "qweight_mma"  # the repacked words' name in bind()'s tensors
@@ -173,10 +174,10 @@ def ld(hint: str, width: str, out: str, ptr: str) -> str:
 
 def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, entry: str, norm_call: str,
                   bounds: str) -> str:
-    """The mma kernel of genome ``g`` (16-bit activations). ``prologue``, ``entry``, ``norm_call`` and
-    ``bounds`` come from the CUDA template (the kernel's parameters; with a fused RMSNorm, the 1 / rms
-    of the block's rows; its ``__launch_bounds__``): with ``norm``, x is multiplied by gamma, and by
-    1 / rms at load or on the sums."""
+    """The mma kernel of genome ``g`` (16-bit activations, ``kernels/mma.cu``). ``prologue``, ``entry``,
+    ``norm_call`` and ``bounds`` come from the CUDA template (the kernel's parameters; with a fused
+    RMSNorm, the 1 / rms of the block's rows; its ``__launch_bounds__``): with ``norm``, x is
+    multiplied by gamma, and by 1 / rms at load or on the sums."""
     s, m, ra = shape_of(g), g["memory_pattern"], g["register_allocation"]
     dtype = problem["dtype"]
     T, base = SCALAR_TYPES[dtype][0], TYPE[dtype][1]
@@ -215,67 +216,17 @@ def render_source(g: Genome, problem: dict, norm: str | None, prologue: str, ent
     b = (lambda p: f"mul2(dq(wv, {p}, c2), s2)") if before else (lambda p: f"dq(wv, {p}, c2)")
     target = "acc[j]" if before else "part[j]"
     entry = entry.replace(") {", ", float *__restrict__ ws, int *__restrict__ cnt) {", 1)
-    return f"""// AbeBot generated CUDA {"RMSNorm + " if norm else ""}W4A16 on tensor cores ({dtype}, zero points: {problem.get('zero_points', False)})
-typedef {T} T;
-#define THREADS {32 * s['warps']}
-#define WK {s['wk']}
-#define WN {s['wn']}
-#define NT {s['nt']}
-#define NB4 (NT / 4)
-#define B {ra['batch']}
-#define KB {s['kb']}
-#define MT 16
-#define ELT 2
-#define S {stages}
-#define XR {2 if x_ring else 0}
-
-{helpers(dtype, m['x_load'])}
-{prologue}
-extern "C" __global__ void {bounds}
-{entry}
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WK, wn = warp / WK;
-    const int g = lane >> 2, t = lane & 3, m0 = blockIdx.y * 16, KS = G * 4;
-    const int nb0 = (blockIdx.x * WN + wn) * NB4, n0 = nb0 * 32;
-    const uint4 *wp = (const uint4 *)qw + (long long)nb0 * KS * 32 + lane;
-    const bool ok[2] = {{m0 + g < M, m0 + g + 8 < M}};
-    const T *xr[2] = {{x + (long long)(ok[0] ? m0 + g : 0) * G * 128 + 8 * t, x + (long long)(ok[1] ? m0 + g + 8 : 0) * G * 128 + 8 * t}};{c2_once}{chr(10) + "    const T *gr = gm + 8 * t;" if norm else ""}
-    float acc[NT][4] = {{}};{"" if before else chr(10) + "    float part[NT][4] = {};"}
-    const int chunks = (KS + B - 1) / B, first = blockIdx.z * WK + wk, stride = WK * KB;
-{before_loop}#pragma unroll {ra['regs']['unroll']}
-    for (int c = first; c < chunks; c += stride) {{
-        const int s0 = c * B;
-{top}#pragma unroll
-        for (int u = 0; u < B; ++u) {{
-            const int ks = s0 + u;
-            if (ks >= KS) break;
-            const int grp = ks >> 2;
-{frag_at}
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {{
-                const int col = n0 + 8 * j + g;
-                {c2}
-                const uint4 &q = w[u][j / 4];
-                const unsigned wv = j % 4 == 0 ? q.x : j % 4 == 1 ? q.y : j % 4 == 2 ? q.z : q.w;
-{scale}                mma({target}, fr, {b(0)}, {b(1)});
-                mma({target}, fr + 4, {b(2)}, {b(3)});
-            }}
-{"" if before else _FLUSH}
-        }}{bottom}
-    }}{norm_call if norm == "store" else ""}
-{REDUCE_WK}
-#if KB > 1
-{SPLIT_K}
-#endif
-    if (wk != 0) return;
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {{
-            const int row = m0 + g + 8 * (r / 2), col = n0 + 8 * j + 2 * t + r % 2;
-            if (row < M && col < N) y[(long long)row * N + col] = from_f(acc[j][r]{" * inv[row - m0]" if norm == "store" else ""});
-        }}
-}}
-"""
+    return fill(kernel_body(__file__, "mma.cu"), **{name: str(v) for name, v in {
+        "title": "RMSNorm + " if norm else "", "dtype": dtype, "zero_points": problem.get("zero_points", False),
+        "T": T, "threads": 32 * s["warps"], "wk": s["wk"], "wn": s["wn"], "nt": s["nt"], "b": ra["batch"],
+        "kb": s["kb"], "s": stages, "xr": 2 if x_ring else 0, "helpers": helpers(dtype, m["x_load"]),
+        "prologue": prologue, "bounds": bounds, "entry": entry, "c2_once": c2_once,
+        "gamma_decl": "\n    const T *gr = gm + 8 * t;" if norm else "",
+        "part_decl": "" if before else "\n    float part[NT][4] = {};", "before_loop": before_loop,
+        "unroll": ra["regs"]["unroll"], "top": top, "frag_at": frag_at, "c2": c2, "scale": scale, "target": target,
+        "b0": b(0), "b1": b(1), "b2": b(2), "b3": b(3), "flush": "" if before else _FLUSH, "bottom": bottom,
+        "norm_call": norm_call if norm == "store" else "", "reduce_wk": REDUCE_WK, "split_k": SPLIT_K,
+        "inv_y": " * inv[row - m0]" if norm == "store" else ""}.items()})
 
 
 def helpers(dtype: str, x_load: str) -> str:
@@ -284,65 +235,13 @@ def helpers(dtype: str, x_load: str) -> str:
     ``dq``, for activations of ``dtype`` and x loads with cache hint ``x_load``."""
     _, to_f, from_f = SCALAR_TYPES[dtype]
     magic, _, mma_t, cvt2, one = TYPE[dtype]
-    return f"""static __device__ __forceinline__ float to_f(T h) {{ {to_f} }}
-static __device__ __forceinline__ T from_f(float f) {{ {from_f} }}
-static __device__ __forceinline__ unsigned pack2(float lo, float hi) {{
-    unsigned r; asm("{cvt2} %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }}
-static __device__ __forceinline__ unsigned lop3_and_or(unsigned a, unsigned b, unsigned c) {{
-    unsigned r; asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }}
-// a - b as (-b) * 1 + a, and a * b as a * b + (-0): fma.{mma_t}x2 exists since sm_80
-static __device__ __forceinline__ unsigned sub2(unsigned a, unsigned b) {{
-    unsigned r; asm("fma.rn.{mma_t}x2 %0, %1, %2, %3;" : "=r"(r) : "r"(b ^ 0x80008000u), "r"({one}), "r"(a)); return r; }}
-static __device__ __forceinline__ unsigned mul2(unsigned a, unsigned b) {{
-    unsigned r; asm("fma.rn.{mma_t}x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u)); return r; }}
-static __device__ __forceinline__ void mma(float *d, const unsigned *a, unsigned b0, unsigned b1) {{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.{mma_t}.{mma_t}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)); }}
-// 8 adjacent x values of one row as 4 pairs (0 past M); with a fused RMSNorm, times gamma and a scale
-static __device__ __forceinline__ unsigned times(unsigned u, unsigned gv, float scale) {{
-    return pack2(to_f((T)(u & 0xffffu)) * to_f((T)(gv & 0xffffu)) * scale, to_f((T)(u >> 16)) * to_f((T)(gv >> 16)) * scale);
-}}
-static __device__ __forceinline__ uint4 x_row8(const T *p, const T *gp, float scale, bool ok) {{
-    uint4 u = make_uint4(0u, 0u, 0u, 0u);
-    if (!ok) return u;
-    {ld(x_load, "v4", "u", "p")}
-    if (!gp) return u;
-    const uint4 gv = *(const uint4 *)gp;
-    return make_uint4(times(u.x, gv.x, scale), times(u.y, gv.y, scale), times(u.z, gv.z, scale), times(u.w, gv.w, scale));
-}}
-// 16 bytes global -> shared without registers (L1 bypassed), and the wait for all but the n newest groups
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok = true) {{  // zeros if !ok
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 16 : 0));
-}}
-template <int n> static __device__ __forceinline__ void cp_async_wait() {{
-    asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory");
-}}
-// values (lo, hi) of pair p of a word, minus (magic + z)
-static __device__ __forceinline__ unsigned dq(unsigned w, int p, unsigned c2) {{
-    return sub2(lop3_and_or(w >> (4 * p), 0x000F000Fu, {magic}), c2);
-}}"""
+    return fill(snippet(__file__, "mma_helpers.cuh"), to_f=to_f, from_f=from_f, cvt2=cvt2, mma_t=mma_t, one=one,
+                x_ld=ld(x_load, "v4", "u", "p"), magic=magic)
 
 
 # The K warps' sums (acc[NT][4] of every warp but the first of each column of warps), added in a
 # fixed order through shared memory (deterministic); every thread reaches the barrier.
-REDUCE_WK = """#if WK > 1
-    // the K warps' sums, added in a fixed order (deterministic); every thread reaches the barrier
-    __shared__ float red[(WK - 1) * WN * NT * 4 * 32];
-    if (wk > 0)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) red[((((wk - 1) * WN + wn) * NT + j) * 4 + r) * 32 + lane] = acc[j][r];
-    __syncthreads();
-    if (wk == 0)
-        for (int l = 1; l < WK; ++l)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) acc[j][r] += red[((((l - 1) * WN + wn) * NT + j) * 4 + r) * 32 + lane];
-#endif"""
+REDUCE_WK = snippet(__file__, "reduce_wk.cuh")
 
 
 def _load_chunk(hint: str, norm: str | None, x_first: bool, words: bool = True) -> str:
@@ -376,46 +275,10 @@ def _frag_lines(indent: str, dst: str, norm: str | None) -> str:
 
 
 # A group's float32 partial sums times its scales, at the group's end or the chunk's.
-_FLUSH = """            if ((u & 3) == 3 || u == B - 1 || ks == KS - 1) {
-#pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    const int col = n0 + 8 * j + 2 * t;
-                    const float s_lo = col < N ? to_f(sc[(long long)grp * N + col]) : 0.f;
-                    const float s_hi = col + 1 < N ? to_f(sc[(long long)grp * N + col + 1]) : 0.f;
-                    acc[j][0] += part[j][0] * s_lo; acc[j][1] += part[j][1] * s_hi;
-                    acc[j][2] += part[j][2] * s_lo; acc[j][3] += part[j][3] * s_hi;
-                    part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
-                }
-            }"""
+_FLUSH = snippet(__file__, "mma_flush.cuh")
 
 # Blocks along K: each writes its partial tile to the workspace; the last to finish (a counter per
 # tile, reset for the next launch) adds all of them in block order -- deterministic, no float atomics.
-SPLIT_K = """    __shared__ int last;
-    const long long tile = (long long)blockIdx.y * gridDim.x + blockIdx.x, tiles = (long long)gridDim.x * gridDim.y;
-    if (wk == 0)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) ws[(((blockIdx.z * tiles + tile) * WN + wn) * NT * 4 + j * 4 + r) * 32 + lane] = acc[j][r];
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(cnt + tile, 1) == KB - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (wk == 0)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                float v = 0.f;
-                for (int z = 0; z < KB; ++z) v += __ldcg(ws + (((z * tiles + tile) * WN + wn) * NT * 4 + j * 4 + r) * 32 + lane);
-                acc[j][r] = v;
-            }
-    if (threadIdx.x == 0) cnt[tile] = 0;"""
+SPLIT_K = snippet(__file__, "split_k.cuh")
 
-_COPY = """
-#pragma unroll
-        for (int u = 0; u < B; ++u)
-#pragma unroll
-            for (int i = 0; i < NB4; ++i) w[u][i] = nxt[u][i];"""
+_COPY = "\n" + snippet(__file__, "mma_copy.cuh")

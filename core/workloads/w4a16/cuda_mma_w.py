@@ -46,6 +46,7 @@ from typing import Any
 
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import Genome, with_gene
+from core.workloads.kernel_files import fill, kernel_body, snippet
 from core.workloads.w4a16 import cuda_mma, cuda_mma_w_bulk
 
 MATH = "mma_w"
@@ -202,176 +203,49 @@ def repack(qweight: Any, scales: Any, cols: int) -> tuple[Any, Any]:
 
 def render_source(g: Genome, problem: dict, entry: str, bounds: str, norm: str | None = None,
                   prologue: str = "", norm_call: str = "") -> str:
-    """The kernel of genome ``g`` (16-bit activations); ``entry`` and ``bounds`` come from the CUDA
-    template (the kernel's name and parameters; its ``__launch_bounds__``). With ``norm`` ("load" or
-    "store"), an RMSNorm fused in front: ``prologue`` defines the block's 1 / rms, ``norm_call``
-    computes it (:mod:`cuda_norm`), and ``entry`` must leave the call to this function."""
+    """The kernel of genome ``g`` (16-bit activations, ``kernels/mma_w.cu``); ``entry`` and ``bounds``
+    come from the CUDA template (the kernel's name and parameters; its ``__launch_bounds__``). With
+    ``norm`` ("load" or "store"), an RMSNorm fused in front: ``prologue`` defines the block's 1 / rms,
+    ``norm_call`` computes it (:mod:`cuda_norm`), and ``entry`` must leave the call to this function."""
     rows = tile_rows(problem)
     s, m, d = shape_of(g, rows), g["memory_pattern"], words_ahead(g)
     dtype = problem["dtype"]
-    T, base = SCALAR_TYPES[dtype][0], cuda_mma.TYPE[dtype][1]
+    base = cuda_mma.TYPE[dtype][1]
     if problem.get("zero_points"):  # per column of the lane's two in each tile: magic + z
-        zero = (f"\n                const int grp = gb + (s0 + u) / 4;\n#pragma unroll\n                for (int c = 0; c < NC; ++c)\n#pragma unroll\n"
-                f"                    for (int h = 0; h < 2; ++h) {{ const int col = min(n0 + 16 * c + 8 * h + g, N - 1);\n"
-                f"                        const float z = (float)zp[(long long)grp * N + col]; c2[c][h] = pack2({base}.f + z, {base}.f + z); }}")
-        c2_decl = "unsigned c2[NC][2];"
+        zero = "\n" + fill(snippet(__file__, "mma_w_zero.cuh"), base=str(base))
+        c2_decl = snippet(__file__, "mma_w_c2_zero_points.cuh")
     else:
-        zero, c2_decl = "", f"const unsigned c2v = pack2({base + 8}.f, {base + 8}.f); unsigned c2[NC][2];\n" \
-                           "#pragma unroll\n    for (int c = 0; c < NC; ++c) c2[c][0] = c2[c][1] = c2v;"
+        zero, c2_decl = "", fill(snippet(__file__, "mma_w_c2_constant.cuh"), base8=str(base + 8))
     entry = entry.replace(") {", ", float *__restrict__ ws, int *__restrict__ cnt) {", 1).replace(
         "const T *__restrict__ sc", "const uint2 *__restrict__ sp", 1)
-    unroll, stages = max(4, d), m["stages"]
-    extra = ""
-    if bulk(g):  # groups of words and x through a ring filled by bulk copies (cuda_mma_w_bulk)
-        B = cuda_mma_w_bulk
-        extra, ring_start, step_top, step_end = B.defines(s, rows, slot_steps(g)) + B.HELPERS, B.START, B.TOP, B.END
-        w_at, x_at = "wc[c / 2]", "xc[h]"
-    elif stages:  # words and x through a ring of `stages` steps in shared memory, filled by cp.async
-        ring_start = ("    extern __shared__ uint4 ring[];\n    int slot = 0;\n#pragma unroll\n"
-                      "    for (int r = 0; r < S; ++r) ring_issue(ring, r, wp, wstride, xp, ok, r, steps);\n")
-        step_top = ("            cp_async_wait<S - 1>();\n            uint4 wc[VEC], xc[TH];\n#pragma unroll\n"
-                    "            for (int i = 0; i < VEC + TH; ++i) (i < VEC ? wc[i] : xc[i - VEC]) = ring[(slot * (VEC + TH) + i) * THREADS + threadIdx.x];\n")
-        step_end = ("            ring_issue(ring, slot, wp, wstride, xp, ok, s0 + u + S, steps);\n"
-                    "            slot = slot + 1 == S ? 0 : slot + 1;")
-        w_at, x_at = "wc[c / 2]", "xc[h]"
-    else:  # a ring of D steps in registers: the loop over a group's steps is unrolled, so the slot is a constant
-        ring_start = ("    uint4 w[D][VEC], xv[DX][TH];\n#pragma unroll\n    for (int u = 0; u < D; ++u)\n"
-                      "        if (u < steps) load_words(w[u], wp, wstride, u);\n#pragma unroll\n    for (int u = 0; u < DX; ++u)\n"
-                      "        if (u < steps) load_x(xv[u], xp, ok, u);\n")
-        step_top = "            const int slot = u % D, xs = u % DX;\n"
-        step_end = ("            if (s0 + u + D < steps) load_words(w[slot], wp, wstride, s0 + u + D);\n"
-                    "            if (s0 + u + DX < steps) load_x(xv[xs], xp, ok, s0 + u + DX);")
-        w_at, x_at = "w[slot][c / 2]", "xv[xs][h]"
-    inv_first, inv_last, inv_at, gamma_decl = "", "", "", ""
+    ring = _ring(g, s, rows)
     if norm:  # x times gamma as its fragments are read; 1 / rms on the finished sums
-        step_top += ("            uint4 xn[TH];\n            {\n                const uint4 gv = __ldg((const uint4 *)(gr + (s0 + u) * 32));\n"
-                     "#pragma unroll\n                for (int h = 0; h < TH; ++h) {\n"
-                     f"                    const uint4 &xx = {x_at};\n"
-                     "                    xn[h] = make_uint4(mul2(xx.x, gv.x), mul2(xx.y, gv.y), mul2(xx.z, gv.z), mul2(xx.w, gv.w));\n"
-                     "                }\n            }\n")
-        x_at, inv_at = "xn[h]", " * inv[row - m0]"
-        gamma_decl = "\n    const T *const gr = gm + (long long)gb * 128 + 8 * t;"
-        inv_first, inv_last = (norm_call, "") if norm == "load" else ("", norm_call)
-    return f"""// AbeBot generated CUDA {"RMSNorm + " if norm else ""}W4A16 on tensor cores, weights as A ({dtype}, zero points: {problem.get('zero_points', False)})
-typedef {T} T;
-#define THREADS {32 * s['warps']}
-#define WK {s['wk']}
-#define WN {s['wn']}
-#define VEC {s['vec']}
-#define NC (2 * VEC)
-#define TH {s['th']}
-#define NT (NC * TH)
-#define D {d}
-#define DX {x_ahead(g)}
-#define U {unroll}
-#define KB {s['kb']}
-#define ROWS {rows}
-#define S {stages}
-#define MT ROWS
-#define ELT 2
+        ring["step_top"] += fill(kernel_body(__file__, "mma_w_norm_x.cuh"), x_at=ring["x_at"])
+        ring["x_at"] = "xn[h]"
+    shape = {"threads": 32 * s["warps"], "wk": s["wk"], "wn": s["wn"], "vec": s["vec"], "th": s["th"], "d": d,
+             "dx": x_ahead(g), "u": max(4, d), "kb": s["kb"], "rows": rows, "s": m["stages"]}
+    return fill(kernel_body(__file__, "mma_w.cu"), title="RMSNorm + " if norm else "", dtype=dtype,
+                zero_points=str(problem.get("zero_points", False)), T=SCALAR_TYPES[dtype][0],
+                **{k: str(v) for k, v in shape.items()}, helpers=cuda_mma.helpers(dtype, m["x_load"]),
+                prologue=prologue, w_ld=cuda_mma.ld(m["w_load"], "v4", "w[i]", "p"),
+                x_ld=cuda_mma.ld(m["x_load"], "v4", "xv[h]", "p"), bounds=bounds, entry=entry,
+                gamma_decl="\n    const T *const gr = gm + (long long)gb * 128 + 8 * t;" if norm else "",
+                c2_decl=c2_decl, zero=zero, inv_first=norm_call if norm == "load" else "",
+                inv_last=norm_call if norm == "store" else "", inv_at=" * inv[row - m0]" if norm else "",
+                reduce_wk=cuda_mma.REDUCE_WK, split_k=cuda_mma.SPLIT_K, **ring)
 
-{cuda_mma.helpers(dtype, m['x_load'])}
-{prologue}{extra}// one step of 32 along K: VEC uint4 of words, and TH uint4 of x (row g, and g + 8 with 16 rows)
-static __device__ __forceinline__ void load_words(uint4 *w, const uint4 *wp, long long wstride, int step) {{
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {{ const uint4 *p = wp + i * wstride + step * 32; {cuda_mma.ld(m["w_load"], "v4", "w[i]", "p")} }}
-}}
-static __device__ __forceinline__ void load_x(uint4 *xv, const T *const *xp, const bool *ok, int step) {{
-#pragma unroll
-    for (int h = 0; h < TH; ++h) {{
-        xv[h] = make_uint4(0u, 0u, 0u, 0u);
-        if (ok[h]) {{ const T *p = xp[h] + step * 32; {cuda_mma.ld(m["x_load"], "v4", "xv[h]", "p")} }}
-    }}
-}}
-// step `step` (if < steps) of every lane's words and x rows into ring slot `slot`; a group is
-// committed even when empty, so that the wait counts stay exact
-static __device__ __forceinline__ void ring_issue(uint4 *ring, int slot, const uint4 *wp, long long wstride, const T *const *xp, const bool *ok, int step, int steps) {{
-    if (step < steps) {{
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) cp_async16(ring + (slot * (VEC + TH) + i) * THREADS + threadIdx.x, wp + i * wstride + step * 32);
-#pragma unroll
-        for (int h = 0; h < TH; ++h) cp_async16(ring + (slot * (VEC + TH) + VEC + h) * THREADS + threadIdx.x, xp[h] + step * 32, ok[h]);
-    }}
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}}
-extern "C" __global__ void {bounds}
-{entry}
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wk = warp % WK, wn = warp / WK;
-    const int g = lane >> 2, t = lane & 3, m0 = blockIdx.y * ROWS, KS = G * 4;
-    const int cb0 = (blockIdx.x * WN + wn) * VEC, n0 = cb0 * 32;
-    // this warp's share of K: whole groups [gb, ge), in order (blocks along K, then warps)
-    const int kl = blockIdx.z * WK + wk;
-    const int gb = (int)((long long)G * kl / (WK * KB)), ge = (int)((long long)G * (kl + 1) / (WK * KB));
-    const int steps = 4 * (ge - gb);
-    const long long wstride = (long long)KS * 32;
-    const uint4 *wp = (const uint4 *)qw + (long long)cb0 * wstride + (long long)gb * 128 + lane;
-    const uint2 *scp = sp + ((long long)cb0 * G + gb) * 8 + g;{gamma_decl}
-    bool ok[TH];
-    const T *xp[TH];
-#pragma unroll
-    for (int h = 0; h < TH; ++h) {{
-        ok[h] = m0 + g + 8 * h < M;
-        xp[h] = x + (long long)(ok[h] ? m0 + g + 8 * h : 0) * G * 128 + (long long)gb * 128 + 8 * t;
-    }}
-    {c2_decl}
-    float acc[NT][4] = {{}}, part[NT][4];
-    uint2 sv[VEC], svn[VEC];  // this group's scales and the next one's, a group ahead
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) svn[i] = steps ? scp[(long long)i * G * 8] : make_uint2(0u, 0u);
-{ring_start}{inv_first}
-    for (int s0 = 0; s0 < steps; s0 += U) {{
-#pragma unroll
-        for (int u = 0; u < U; ++u) {{
-            if (s0 + u >= steps) break;
-            if (u % 4 == 0) {{  // a group starts: its scales, the next group's loads, zeroed sums{zero}
-#pragma unroll
-                for (int i = 0; i < VEC; ++i) {{
-                    sv[i] = svn[i];
-                    if (s0 + u + 4 < steps) svn[i] = scp[((long long)i * G + (s0 + u) / 4 + 1) * 8];
-                }}
-#pragma unroll
-                for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
-            }}
-{step_top}#pragma unroll
-            for (int c = 0; c < NC; ++c)
-#pragma unroll
-                for (int ss = 0; ss < 2; ++ss) {{
-                    const uint4 &q = {w_at};
-                    const int j = 2 * (c % 2) + ss;
-                    const unsigned wv = j == 0 ? q.x : j == 1 ? q.y : j == 2 ? q.z : q.w;
-                    const unsigned a[4] = {{dq(wv, 0, c2[c][0]), dq(wv, 1, c2[c][1]), dq(wv, 2, c2[c][0]), dq(wv, 3, c2[c][1])}};
-#pragma unroll
-                    for (int h = 0; h < TH; ++h)
-                        mma(part[c * TH + h], a, ss ? {x_at}.z : {x_at}.x, ss ? {x_at}.w : {x_at}.y);
-                }}
-{step_end}
-            if (u % 4 == 3) {{  // the group's sums times its scales: rows g (h 0) and g + 8 (h 1) of each tile
-#pragma unroll
-                for (int c = 0; c < NC; ++c) {{
-                    const unsigned pr = (c % 2) ? sv[c / 2].y : sv[c / 2].x;
-                    const float s_lo = to_f((T)(pr & 0xffffu)), s_hi = to_f((T)(pr >> 16));
-#pragma unroll
-                    for (int h = 0; h < TH; ++h) {{
-                        float *p = part[c * TH + h], *o = acc[c * TH + h];
-                        o[0] += p[0] * s_lo; o[1] += p[1] * s_lo; o[2] += p[2] * s_hi; o[3] += p[3] * s_hi;
-                    }}
-                }}
-            }}
-        }}
-    }}
-{cuda_mma.REDUCE_WK}
-#if KB > 1
-{cuda_mma.SPLIT_K}
-#endif{inv_last}
-    if (wk != 0) return;
-#pragma unroll
-    for (int c = 0; c < NC; ++c)
-#pragma unroll
-        for (int h = 0; h < TH; ++h)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {{
-                const int row = m0 + 8 * h + 2 * t + (r & 1), col = n0 + 16 * c + g + 8 * (r >> 1);
-                if (row < M && col < N) y[(long long)row * N + col] = from_f(acc[c * TH + h][r]{inv_at});
-            }}
-}}
-"""
+
+def _ring(g: Genome, s: dict, rows: int) -> dict:
+    """What fills the kernel's ring and where a step's words and x are: bulk copies of chunks
+    (:mod:`cuda_mma_w_bulk`), every lane's cp.async into ``stages`` steps of shared memory, or a ring
+    of D steps in registers (the loop over a group's steps is unrolled, so the slot is a constant)."""
+    if bulk(g):
+        B = cuda_mma_w_bulk
+        return {"extra": B.defines(s, rows, slot_steps(g)) + B.HELPERS, "ring_start": B.START, "step_top": B.TOP,
+                "step_end": B.END, "w_at": "wc[c / 2]", "x_at": "xc[h]"}
+    kind = "lanes" if g["memory_pattern"]["stages"] else "regs"
+    return {"extra": "", "ring_start": kernel_body(__file__, f"mma_w_{kind}_start.cuh"),
+            "step_top": kernel_body(__file__, f"mma_w_{kind}_top.cuh"),
+            "step_end": snippet(__file__, f"mma_w_{kind}_end.cuh"),
+            "w_at": "wc[c / 2]" if kind == "lanes" else "w[slot][c / 2]",
+            "x_at": "xc[h]" if kind == "lanes" else "xv[xs][h]"}

@@ -1,0 +1,19 @@
+/* RMSNorm block reduction (register_allocation.regs.reduce = all_warps): warp shuffles, then every warp sums the warp totals itself: one barrier.
+ * The body of block_sums<N>(float (&s)[N], float *red) (rmsnorm.cu's {{block_sums}}): the block's
+ * totals of N values, in place, in every thread. Uses THREADS; red holds RED floats.
+ */
+
+    // one barrier: every warp sums the warp totals itself (the same butterfly everywhere, so every
+    // thread holds the same bits)
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+        for (int o = 16; o > 0; o >>= 1) s[r] += __shfl_xor_sync(0xffffffffu, s[r], o);
+        if (threadIdx.x % 32 == 0) red[r * 32 + threadIdx.x / 32] = s[r];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+        float t = threadIdx.x % 32 < THREADS / 32 ? red[r * 32 + threadIdx.x % 32] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        s[r] = t;
+    }
