@@ -2,11 +2,8 @@
 ``python -m dashboard.serve`` (what scripts/dashboard.sh runs: the same, warmed up at server start)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # `core`, `store`, `dashboard` from any cwd
-
-from dashboard.nav import setup  # noqa: E402
+# `core`, `store`, `dashboard` come from the installed project (`pip install -e .`, which
+# scripts/dashboard.sh and scripts/test.sh run), or from the repo root when started there.
+from dashboard.nav import setup
 
 setup().run()

@@ -49,7 +49,7 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m core", description="AbeBot: evolve kernels with a genetic algorithm.")
+    p = _Parser(prog="abebot", description="AbeBot: evolve kernels with a genetic algorithm.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="start a new run (prints 'run <id>' first)")
     run.add_argument("--config", default=None, metavar="FILE",

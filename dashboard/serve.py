@@ -34,7 +34,6 @@ def _warm_when_served() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, str(APP.parent))  # `core`, `store`, `dashboard` from any cwd, as app.py does
     from streamlit.web import cli
 
     from dashboard import static_preload

@@ -25,6 +25,8 @@ if ! has_openmp_cc; then
   fi
 fi
 "$PY" -m pip install -q --disable-pip-version-check -r requirements.txt
+# AbeBot itself (pyproject.toml): `core`, `store`, `dashboard` importable from anywhere, and `abebot`
+"$PY" -m pip install -q --disable-pip-version-check --no-deps -e .
 bash scripts/front_end.sh  # plotly.js's basic bundle for the charts, where npm is installed
 export ABEBOT_RUNS_DIR=${ABEBOT_RUNS_DIR:-$PWD/runs}
 mkdir -p "$ABEBOT_RUNS_DIR"

@@ -12,5 +12,7 @@ if [ ! -x /usr/bin/chromium ]; then
   else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi
 fi
 "$PY" -m pip install -q --disable-pip-version-check -r requirements.txt
+# AbeBot itself (pyproject.toml): `core`, `store`, `dashboard` importable from anywhere, and `abebot`
+"$PY" -m pip install -q --disable-pip-version-check --no-deps -e .
 bash scripts/front_end.sh  # the browser test draws the charts as the dashboard does
 exec "$PY" -m pytest -q "$@"

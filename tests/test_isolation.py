@@ -383,7 +383,7 @@ def test_cuda_and_triton_share_a_gpu_lock(tmp_path):
 def test_a_killed_holder_leaves_the_device_free(tmp_path):
     from core.run.device_lock import device_holder, hold_device
 
-    script = ("import sys, time; sys.path.insert(0, sys.argv[1]); from core.run.device_lock import hold_device\n"
+    script = ("import sys, time; from core.run.device_lock import hold_device\n"
               "with hold_device(sys.argv[2], 'c', 0, 'run doomed'):\n    print('held', flush=True); time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", script, str(ROOT), str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:

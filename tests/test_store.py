@@ -341,7 +341,7 @@ def test_lock_held_by_another_process(store_impl, writer):
     path = writer.path
     writer.close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); from store import RunWriter; "
+        [sys.executable, "-c", f"import sys; from store import RunWriter; "
                                f"w = RunWriter.open({str(path)!r}); print('ready', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 
+from core.backends import load_entry_points
 from core.workloads.spec import Workload
 
 WORKLOADS: dict[str, str] = {
@@ -16,12 +17,22 @@ WORKLOADS: dict[str, str] = {
 }
 
 
+ENTRY_POINT_GROUP = "abebot.workloads"
+
+
+load_entry_points(WORKLOADS, ENTRY_POINT_GROUP)
+
+
 def get_workload(name: str) -> Workload:
-    """The workload ``name``; ValueError naming the choices for an unknown one."""
+    """The workload ``name``; ValueError naming the choices for an unknown one, or saying which
+    entry point failed to load."""
     if name not in WORKLOADS:
         raise ValueError(f"unknown workload {name!r} (choose from: {', '.join(WORKLOADS)})")
     module, cls = WORKLOADS[name].split(":")
-    return getattr(importlib.import_module(module), cls)()
+    try:
+        return getattr(importlib.import_module(module), cls)()
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"workload {name!r} ({WORKLOADS[name]}) cannot be loaded: {type(exc).__name__}: {exc}") from exc
 
 
-__all__ = ["WORKLOADS", "Workload", "get_workload"]
+__all__ = ["ENTRY_POINT_GROUP", "WORKLOADS", "Workload", "get_workload", "load_entry_points"]
