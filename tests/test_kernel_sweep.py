@@ -1,4 +1,4 @@
-"""benchmarks/gpu_kernel_sweep.py --rounds: a genome's variants through the GA's own protocol, run
+"""benchmarks/tools/gpu_kernel_sweep.py --rounds: a genome's variants through the GA's own protocol, run
 here on the C backend (the same code path drives the GPU backends on the device)."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ SEED = {"instruction_sequence": {"stages": ["LOAD", "SQUARE_ACC", "REDUCE", "SCA
 def test_variants_and_baselines_are_timed_in_interleaved_rounds_by_the_protocol(tmp_path):
     if availability("c"):
         pytest.skip(f"c backend unavailable: {availability('c')}")
-    out = subprocess.run([sys.executable, "benchmarks/gpu_kernel_sweep.py", "rmsnorm", '{"rows": 64, "cols": 256}',
+    out = subprocess.run([sys.executable, "-m", "benchmarks.tools.gpu_kernel_sweep", "rmsnorm", '{"rows": 64, "cols": 256}',
                           json.dumps(SEED), "--backend", "c", "--vary", "memory_pattern.vector_width=1,8",
                           "--vary", "register_allocation.register_map.accumulators=4", "--rounds", "2",
                           "--runs-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -46,7 +46,7 @@ def test_variants_and_baselines_are_timed_in_interleaved_rounds_by_the_protocol(
 
 
 def test_vary_values_may_be_json_lists_or_bare_strings():
-    spec = importlib.util.spec_from_file_location("gpu_kernel_sweep", ROOT / "benchmarks" / "gpu_kernel_sweep.py")
+    spec = importlib.util.spec_from_file_location("gpu_kernel_sweep", ROOT / "benchmarks" / "tools" / "gpu_kernel_sweep.py")
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
     base = {"instruction_sequence": {"body": ["A", "B"]}, "memory_pattern": {"load": ""}}

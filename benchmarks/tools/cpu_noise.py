@@ -3,7 +3,7 @@
 generation (re-timed three times in every generation), the generations flagged noisy, and the
 distribution of every fitness term over the run's individuals.
 
-    python3 benchmarks/cpu_noise.py --out benchmarks/cpu_noise [--workload gemm --generations 4]
+    python3 -m benchmarks.tools.cpu_noise --out benchmarks/reports/cpu_noise [--workload gemm --generations 4]
 
 Writes ``<out>/report.md`` and ``<out>/runs.json``. The hogs are plain busy loops, one per core.
 """
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spin(stop) -> None:
@@ -69,7 +69,7 @@ def read(run_dir: Path) -> dict:
 
 def report(results: list[dict], args) -> str:
     lines = [f"# Baseline noise on the CPU: quiet vs beside {os.cpu_count()} busy loops", "",
-             f"`python3 benchmarks/cpu_noise.py --workload {args.workload} --generations {args.generations} "
+             f"`python3 -m benchmarks.tools.cpu_noise --workload {args.workload} --generations {args.generations} "
              f"--population {args.population}` on this machine ({os.cpu_count()} cores). Each run: `core run --backend c "
              f"--seed 1`; the baseline is re-timed 3 times in every generation, interleaved with the candidates.", ""]
     for r in results:
@@ -90,7 +90,7 @@ def report(results: list[dict], args) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "cpu_noise")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "reports" / "cpu_noise")
     ap.add_argument("--workload", default="gemm")
     ap.add_argument("--generations", type=int, default=4)
     ap.add_argument("--population", type=int, default=8)

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Which genes mattered in the saved H200 decode GA runs: the dashboard's gene importance, offline.
 
-    python3 benchmarks/decode_genes.py [CSV ...] [--top 8] [--seeds 5]
+    python3 -m benchmarks.tools.decode_genes [CSV | ARCHIVE[:GLOB] ...] [--top 8] [--seeds 5]
 
-Reads the individuals ``benchmarks/gpu_runs.py`` saved for each run
+Reads the individuals ``benchmarks/tools/gpu_runs.py`` saved for each run
 (``<out>/<run_id>.individuals.csv.gz``: generation, genome_hash, genome JSON, status, fitness,
-time_us, ...; by default every such file under ``benchmarks/gpu_raw``). For each run it flattens
+time_us, ...; by default every such file in the archives ``benchmarks/raw/CALL.tar.xz``; an
+argument ``benchmarks/raw/CALL.tar.xz:GLOB`` takes the members matching GLOB, a bare archive all of them). For each run it flattens
 the genomes into one column per gene (:func:`core.search.operators.flat_genes`: a map gene gives one
 column per key), then calls :func:`dashboard.importance.gene_importance` -- scikit-learn's
 permutation importance of a random forest on held-out rows, the Individuals page's method -- on
@@ -22,15 +23,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import fnmatch
 import re
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from core.genome import Genome  # noqa: E402
 from core.search.operators import flat_genes  # noqa: E402
@@ -162,13 +165,35 @@ def report(csv: Path, top: int, seeds: int) -> list[str]:
     return out
 
 
+RAW = ROOT / "benchmarks" / "raw"
+
+
+def resolve(specs: list[str], tmp: Path) -> list[Path]:
+    """Saved individuals files: a path as is, or ``ARCHIVE.tar.xz[:GLOB]`` (a device call's raw
+    output) extracted under ``tmp`` (so the ``.run.log`` and ``runs.json`` beside each file come too),
+    keeping the members that match GLOB (default: every ``*SUFFIX``)."""
+    files: list[Path] = []
+    for spec in specs or [str(a) for a in sorted(RAW.glob("*.tar.xz"))]:
+        archive, sep, pattern = spec.partition(".tar.xz")
+        if not sep:
+            files.append(Path(spec))
+            continue
+        pattern = pattern.lstrip(":") or f"*{SUFFIX}"
+        with tarfile.open(archive + ".tar.xz") as tar:
+            tar.extractall(tmp, filter="data")
+            files += [tmp / m for m in sorted(tar.getnames()) if fnmatch.fnmatch(m, pattern) and m.endswith(SUFFIX)]
+    return files
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("csv", nargs="*", type=Path, help=f"saved individuals (*{SUFFIX}); default: every one under benchmarks/gpu_raw")
+    ap.add_argument("csv", nargs="*", help=f"saved individuals (*{SUFFIX}) or ARCHIVE.tar.xz[:GLOB]; "
+                    "default: every one in benchmarks/raw/*.tar.xz")
     ap.add_argument("--top", type=int, default=8, help="genes listed per target")
     ap.add_argument("--seeds", type=int, default=5, help="train/test splits whose top 3 and R² are summarised")
     args = ap.parse_args(argv)
-    files = args.csv or sorted((ROOT / "benchmarks" / "gpu_raw").rglob(f"*{SUFFIX}"))
+    tmp = tempfile.TemporaryDirectory(prefix="decode-genes-")
+    files = resolve(args.csv, Path(tmp.name))
     if not files:
         print("no saved individuals found", file=sys.stderr)
         return 1

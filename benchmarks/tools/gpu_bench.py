@@ -27,7 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.config import RunConfig  # noqa: E402
 from core.evaluation.evaluator import Evaluator  # noqa: E402

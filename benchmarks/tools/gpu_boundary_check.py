@@ -13,7 +13,7 @@ For each (workload, backend) pair of the registry whose backend runs here (``cud
 Then ``python -m core run`` for a few generations on ``--cli`` pairs. Writes ``<out>/check.json``
 and ``<out>/check.md`` after every pair, so a call cut short still returns what it measured.
 
-    python3 benchmarks/gpu_boundary_check.py --out $OUT --random 4 --budget-s 480
+    python3 -m benchmarks.tools.gpu_boundary_check --out $OUT --random 4 --budget-s 480
 """
 from __future__ import annotations
 
@@ -26,8 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from core.backends import availability  # noqa: E402
 from core.config import RunConfig  # noqa: E402

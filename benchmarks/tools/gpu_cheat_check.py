@@ -3,7 +3,7 @@
 Checker, which runs the same sandboxed protocol as evolution. An honest kernel must come out ``ok``;
 each cheat must be rejected with the cause that names what it did.
 
-    python3 benchmarks/gpu_cheat_check.py --out $OUT [--rows 4096 --cols 8192]
+    python3 -m benchmarks.tools.gpu_cheat_check --out $OUT [--rows 4096 --cols 8192]
 
 Writes ``<out>/cheats.json`` and prints one line per kernel. The CPU suite (tests/cheats/*.c) also has
 a kernel padded to just above a byte-only roofline: that cheat needs a compute-bound kernel (GEMM),
@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.tools.check import Checker  # noqa: E402
 

@@ -16,11 +16,11 @@ baselines again and then every variant, in a shuffled order, and the table gives
 the rounds, the spread (slowest - fastest round) and the ratio to the fastest baseline. Events miss
 what a launch-bound kernel costs inside a graph; this mode is for those.
 
-    python3 benchmarks/gpu_kernel_sweep.py w4a16 '{"m":16}' GENOME_JSON \\
+    python3 -m benchmarks.tools.gpu_kernel_sweep w4a16 '{"m":16}' GENOME_JSON \\
         --vary 'register_allocation.batch=1,2,4' --vary 'parallel_config.kblocks=2,4,8'
-    ncu --clock-control none -k regex:kernel -s 3 -c 1 python3 benchmarks/gpu_kernel_sweep.py \\
+    ncu --clock-control none -k regex:kernel -s 3 -c 1 python3 -m benchmarks.tools.gpu_kernel_sweep \\
         w4a16 '{"m":16}' GENOME_JSON --launches 5
-    python3 benchmarks/gpu_kernel_sweep.py rmsnorm '{"rows":64,"residual":true}' GENOME_JSON \\
+    python3 -m benchmarks.tools.gpu_kernel_sweep rmsnorm '{"rows":64,"residual":true}' GENOME_JSON \\
         --vary 'parallel_config.split=1,2,8' --rounds 5
 
 ``--vary`` takes one gene (``group.gene`` or ``group.regs.key``) and its values (JSON each, or bare
@@ -38,8 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from core.evaluation.protocol import Protocol  # noqa: E402
 from core.workloads import get_workload  # noqa: E402

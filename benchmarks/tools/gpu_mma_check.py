@@ -7,7 +7,7 @@ freshly poisoned outputs and checked against the float64 reference. A variant wh
 is right and a later one wrong leaves state behind (the split-K counters); one that crashes writes
 out of bounds.
 
-    python3 benchmarks/gpu_mma_check.py '{"m": 16, "n": 1024, "k_groups": 16}'
+    python3 -m benchmarks.tools.gpu_mma_check '{"m": 16, "n": 1024, "k_groups": 16}'
 """
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from core.evaluation.protocol import Protocol  # noqa: E402
 from core.genome import Genome  # noqa: E402

@@ -22,7 +22,7 @@ The real kernels are checked on every timed launch, as in the GA. The difference
 kernel and ``add_w`` is what the reduction and its barrier cost; ``add`` against ``empty`` is the
 data's cost. Usage (on a GPU):
 
-    python3 benchmarks/gpu_rmsnorm_floor.py --rows 1,64 --rounds 7 GENOME_JSON [GENOME_JSON ...]
+    python3 -m benchmarks.tools.gpu_rmsnorm_floor --rows 1,64 --rounds 7 GENOME_JSON [GENOME_JSON ...]
 """
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from core.backends.base import KernelSource  # noqa: E402
 from core.evaluation.checks import LaunchChecks  # noqa: E402

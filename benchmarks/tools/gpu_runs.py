@@ -15,8 +15,8 @@ backend: ``core run --start-from``):
 
 Writes ``<out>/runs.json`` and ``<out>/runs.md`` after every run, and each command's output.
 
-    python3 benchmarks/gpu_runs.py --out $OUT --runs 'gemm:triton:32:4;rmsnorm:cuda:32:4'
-    python3 benchmarks/gpu_runs.py --out $OUT --runs 'gemm:triton:32:4' --extra '--devices all'
+    python3 -m benchmarks.tools.gpu_runs --out $OUT --runs 'gemm:triton:32:4;rmsnorm:cuda:32:4'
+    python3 -m benchmarks.tools.gpu_runs --out $OUT --runs 'gemm:triton:32:4' --extra '--devices all'
 """
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from store.reader import RunReader  # noqa: E402
 

@@ -21,7 +21,7 @@ from below what any kernel of that launch can take. Rounds interleave everything
 order. Real kernels are checked after every timing (the last launch on every case against its
 permuted reference), as in the GA. Usage (on a GPU):
 
-    python3 benchmarks/gpu_timing_modes.py rmsnorm '{"rows":16,"residual":true}' GENOME_JSON [...] --rounds 5 --empty 256
+    python3 -m benchmarks.tools.gpu_timing_modes rmsnorm '{"rows":16,"residual":true}' GENOME_JSON [...] --rounds 5 --empty 256
 """
 from __future__ import annotations
 
@@ -33,14 +33,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from core.backends.torch_runtime import GRAPH_CALLS, capture_chain  # noqa: E402
 from core.evaluation.checks import LaunchChecks  # noqa: E402
 from core.evaluation.protocol import Protocol  # noqa: E402
 from core.workloads import get_workload  # noqa: E402
-from gpu_rmsnorm_floor import stand_in  # noqa: E402
+from benchmarks.tools.gpu_rmsnorm_floor import stand_in  # noqa: E402
 
 MODES = ("b1", "auto", "launches")
 REPS = 50  # replays of the launch graph per timing

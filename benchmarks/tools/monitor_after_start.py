@@ -13,7 +13,7 @@ opens, in order:
 
 The versions alternate server by server, so both see the same machine load.
 
-    python benchmarks/monitor_after_start.py --runs-dir /tmp/mr5000 --before main [--after HEAD] [--rounds 5]
+    python -m benchmarks.tools.monitor_after_start --runs-dir /tmp/mr5000 --before main [--after HEAD] [--rounds 5]
 """
 from __future__ import annotations
 
@@ -26,11 +26,10 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+ROOT = Path(__file__).resolve().parents[2]
 
-from monitor_new_tab import worktree  # noqa: E402
-from monitor_render import CHARTS_DRAWN, CHROMIUM_FLAGS, MONITOR_DRAWN, streamlit_server  # noqa: E402
+from benchmarks.tools.monitor_new_tab import worktree  # noqa: E402
+from benchmarks.tools.monitor_render import CHARTS_DRAWN, CHROMIUM_FLAGS, MONITOR_DRAWN, streamlit_server  # noqa: E402
 
 ROWS = ("Monitor, empty browser cache", "Monitor, new tab", "then Individuals in that tab")
 

@@ -11,7 +11,7 @@ until the five charts are drawn (``monitor_render.MONITOR_DRAWN``). A new tab is
 it evaluates Streamlit's and Plotly's JavaScript again. For every tab the script also reports when
 the browser requested Streamlit's Plotly chunk, from the navigation's start.
 
-    python benchmarks/monitor_new_tab.py --runs-dir /tmp/mr5000 --before main --after monitor-preload-plotly [--tabs 9]
+    python -m benchmarks.tools.monitor_new_tab --runs-dir /tmp/mr5000 --before main --after monitor-preload-plotly [--tabs 9]
 
 The run folder is built first when it holds no run (5,000 generations x 64, the benchmark's size).
 """
@@ -27,10 +27,9 @@ import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+ROOT = Path(__file__).resolve().parents[2]
 
-from monitor_render import CHROMIUM_FLAGS, MONITOR_DRAWN, streamlit_server  # noqa: E402
+from benchmarks.tools.monitor_render import CHROMIUM_FLAGS, MONITOR_DRAWN, streamlit_server  # noqa: E402
 
 PLOTLY_REQUESTED = ("(() => { const e = performance.getEntriesByType('resource')"
                     ".find(r => r.name.includes('/PlotlyChart.')); return e ? e.startTime : null; })()")

@@ -23,9 +23,9 @@ one live/ Parquet mirror per generation, as the worker does) through
    ``parcoords`` in WebGL with 500 and 200 lines, Vega-Lite, Plotly SVG scatter lines) on a page of
    its own beside the importance chart, in Chromium.
 
-    python benchmarks/monitor_render.py [--runs-dir DIR] [--generations 5000] [--population 64]
+    python -m benchmarks.tools.monitor_render [--runs-dir DIR] [--generations 5000] [--population 64]
                                         [--browser] [--compare-parallel] [--only individuals]
-                                        [--write benchmarks/MONITOR_RESULTS.md | --append ...]
+                                        [--write benchmarks/reports/MONITOR_RESULTS.md | --append ...]
 
 ``--runs-dir`` keeps the built run, so later measurements skip the build.
 """
@@ -43,8 +43,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from dashboard import charts, data  # noqa: E402
 from dashboard.synthetic import build_run  # noqa: E402
@@ -418,10 +417,10 @@ PARALLEL_VARIANTS = {  # name: (what the row says, lines drawn, JavaScript true 
 
 PARALLEL_APP = """
 import sys
-sys.path[:0] = [{root!r}, {bench!r}]
+sys.path[:0] = [{root!r}]  # this app runs from a temporary folder
 import pandas as pd
 import streamlit as st
-import monitor_render as M
+import benchmarks.tools.monitor_render as M
 from dashboard import charts
 st.set_page_config(layout="wide")
 par, imp = pd.read_pickle({par!r}), pd.read_pickle({imp!r})
@@ -500,7 +499,7 @@ def compare_parallel(folder: Path, reps: int = 5) -> list[tuple[str, float]]:
     work = Path(tempfile.mkdtemp(prefix="abebot-parallel-"))
     importance.parallel_frame(frame, table.genes, fittest=best).to_pickle(work / "par.pkl")
     importance.gene_importance(frame, table.genes).to_pickle(work / "imp.pkl")
-    (work / "app.py").write_text(PARALLEL_APP.format(root=str(ROOT), bench=str(ROOT / "benchmarks"),
+    (work / "app.py").write_text(PARALLEL_APP.format(root=str(ROOT),
                                                      par=str(work / "par.pkl"), imp=str(work / "imp.pkl")))
     times: dict[str, list[float]] = {v: [] for v in PARALLEL_VARIANTS}
     bars = "document.querySelectorAll('.barlayer .point').length > 0"
@@ -560,7 +559,7 @@ def main() -> int:
     for name, secs in rows:
         print(f"{name.ljust(width)}  {secs * 1000:8.1f} ms")
     if args.append:
-        cmd = "python benchmarks/monitor_render.py " + " ".join(a for a in sys.argv[1:])
+        cmd = "python -m benchmarks.tools.monitor_render " + " ".join(a for a in sys.argv[1:])
         section = [
             "", f"## Measurement {time.strftime('%Y-%m-%d %H:%M %Z')} ({args.generations:,} x {args.population} = "
             f"{args.generations * args.population:,} rows)", "",
@@ -572,7 +571,7 @@ def main() -> int:
             f.write("\n".join(section))
         print(f"appended to {args.append}")
     if args.write:
-        cmd = "python benchmarks/monitor_render.py " + " ".join(
+        cmd = "python -m benchmarks.tools.monitor_render " + " ".join(
             a for a in sys.argv[1:] if not a.startswith("--runs-dir") and not a.startswith("/"))
         lines = [
             "# Monitor and Individuals page render time, 5,000 generations x 64 individuals",

@@ -10,7 +10,7 @@ warm-up finished (plus 1 s), a fresh headless Chromium opens the pages of
 server, so both see the same machine load. A folder with no run gets a synthetic one
 (:func:`dashboard.synthetic.build_run`): 5,000 x 64 for ``--long``, 30 x 8 for ``--short``.
 
-    python benchmarks/monitor_run_size.py --long /tmp/mr5000 --short /tmp/mr30 [--rounds 5]
+    python -m benchmarks.tools.monitor_run_size --long /tmp/mr5000 --short /tmp/mr30 [--rounds 5]
 """
 from __future__ import annotations
 
@@ -20,11 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+ROOT = Path(__file__).resolve().parents[2]
 
-from monitor_after_start import first_pages, newest_run, round_line, table  # noqa: E402
-from monitor_render import streamlit_server  # noqa: E402
+from benchmarks.tools.monitor_after_start import first_pages, newest_run, round_line, table  # noqa: E402
+from benchmarks.tools.monitor_render import streamlit_server  # noqa: E402
 
 
 def main() -> int:

@@ -6,7 +6,7 @@ tab's time until the five charts are drawn (:data:`monitor_render.MONITOR_DRAWN`
 WebSocket opened and its JavaScript chunks were requested, and for the last tab (traced) the renderer
 main thread's time by event and its long tasks::
 
-    python benchmarks/monitor_trace.py /tmp/mr_run RUN_ID --tabs 3
+    python -m benchmarks.tools.monitor_trace /tmp/mr_run RUN_ID --tabs 3
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import monitor_render as mr  # noqa: E402
+import benchmarks.tools.monitor_render as mr  # noqa: E402
 
 
 def main_thread_summary(trace: Path) -> list[str]:

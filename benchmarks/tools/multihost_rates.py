@@ -7,7 +7,7 @@ every genome with the real template (so kernel sources, and so the rows written,
 size) and answers at once with a plausible measurement. What is left is the part that stays in one
 process when evaluation is spread over 64 GPUs::
 
-    nice -n 10 python benchmarks/multihost_rates.py --workload gemm --backend triton --population 64 --generations 150
+    nice -n 10 python -m benchmarks.tools.multihost_rates --workload gemm --backend triton --population 64 --generations 150
 """
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from core.config import RunConfig, validate  # noqa: E402
 from core.tools.contract import _device  # noqa: E402  (the simulated device the entry contract is written for)

@@ -19,7 +19,7 @@ generation committed before is still there unchanged, that generation numbers ar
 and that no generation holds more individuals than the population. It samples the worker's RSS and
 the database's size against the committed generation. Long form::
 
-    nice -n 10 python benchmarks/soak.py --minutes 15 --kills 12 --report benchmarks/soak/report.md
+    nice -n 10 python -m benchmarks.tools.soak --minutes 15 --kills 12 --report benchmarks/reports/soak/report.md
 
 ``tests/test_soak.py`` runs the short form through :func:`run_soak`.
 """
@@ -41,8 +41,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 from store.runs import read_json  # noqa: E402
 
 FREE_MARGIN = 2 << 30  # the disk-full threshold sits this far below the free space at the start
@@ -426,7 +425,7 @@ def parse_options(argv: list[str]) -> tuple[Options, Path]:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--work-dir", type=Path, default=None, help="kept afterwards (default: a fresh temporary folder)")
-    ap.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "soak" / "report.md",
+    ap.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "reports" / "soak" / "report.md",
                     help="the Markdown report; every sample goes beside it as .json")
     a = ap.parse_args(argv)
     return Options(minutes=a.minutes, generations=a.generations, kills=a.kills, crash_bursts=a.crash_bursts,
@@ -436,12 +435,12 @@ def parse_options(argv: list[str]) -> tuple[Options, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.soak_report import write_report
+    from benchmarks.tools.soak_report import write_report
 
     argv = sys.argv[1:] if argv is None else argv
     opts, report = parse_options(argv)
     soak = Soak(opts)
-    soak.res.command = " ".join(["python", "benchmarks/soak.py", *argv])
+    soak.res.command = " ".join(["python", "-m", "benchmarks.tools.soak", *argv])
     res = soak.run()
     write_report(res, opts, soak, report)
     print(f"report: {report}; problems: {len(res.problems)}")

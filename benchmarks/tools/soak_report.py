@@ -1,9 +1,9 @@
-"""Figures of a soak (:mod:`benchmarks.soak`): growth per 1,000 generations, and the Markdown report.
+"""Figures of a soak (:mod:`benchmarks.tools.soak`): growth per 1,000 generations, and the Markdown report.
 
 The soak writes its report when it ends; to render it again from the samples it saved (after a change
 to this module), with the soak's work folder still there::
 
-    python benchmarks/soak_report.py benchmarks/soak/report.json
+    python -m benchmarks.tools.soak_report benchmarks/reports/soak/report.json
 """
 from __future__ import annotations
 
@@ -146,8 +146,8 @@ def write_report(res, opts, soak, path: Path) -> None:
            "of the population only (`core/search/known.py`); a committed measure is read back from the database when "
            f"needed. Those hashes take {known_per_genome:.0f} bytes per genome (tracemalloc, this run's genomes). "
            "The rest is not attributed here. Without evaluation the GA loop and the writer grow more slowly than the data, or not at all "
-           "(`benchmarks/multihost_rates.py` prints the RSS slope of the loop with a stand-in evaluator; "
-           "`benchmarks/writer_memory.py` replays a run into a writer alone), which points at the evaluation "
+           "(`benchmarks/tools/multihost_rates.py` prints the RSS slope of the loop with a stand-in evaluator; "
+           "`benchmarks/tools/writer_memory.py` replays a run into a writer alone), which points at the evaluation "
            "path (compile threads, sandbox calls).", ""] if longest and inds else []),
         "## Checks", "", *[f"- {c}" for c in res.checks], "",
     ]
@@ -199,9 +199,8 @@ def main(argv: list[str]) -> int:
     import sys
     from types import SimpleNamespace
 
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root))
-    from benchmarks.soak import FREE_MARGIN, Result, parse_options
+    root = Path(__file__).resolve().parents[2]
+    from benchmarks.tools.soak import FREE_MARGIN, Result, parse_options
 
     saved = Path(argv[0])
     res = Result(**json.loads(saved.read_text()))

@@ -2,7 +2,7 @@
 """RSS of a real worker (``python -m core run``) left alone: sampled every 15 s with the generation it
 had reached, and the slope over the second half (bytes per generation and per individual).
 
-    python3 benchmarks/worker_rss.py RUNS_DIR SECONDS [extra core run arguments]
+    python3 -m benchmarks.tools.worker_rss RUNS_DIR SECONDS [extra core run arguments]
 
 The run is the soak's (rmsnorm 4 x 32 on the C backend, population 4) with no kills or other
 disturbances; the database's size is printed at the end, so its growth can be set beside the RSS's.
@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def rss(pid: int) -> int:

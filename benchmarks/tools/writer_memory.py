@@ -1,13 +1,13 @@
 """The run writer's memory over a long run: replay a stored run into a fresh RunWriter, print its RSS.
 
-The soak (benchmarks/soak.py) measures the whole worker's RSS while it evaluates; this isolates the
+The soak (benchmarks/tools/soak.py) measures the whole worker's RSS while it evaluates; this isolates the
 part that is DuckDB and the writer, with nothing evaluated. It reads every generation of a finished
 run (its ``run.duckdb``) and commits them again, in order and over and over, to a new run in a
 temporary folder, renaming every genome and kernel on each pass so that the data keeps growing as a
 longer run's would. Every ``--every`` generations it prints the process's RSS, the database file and
 its WAL::
 
-    python benchmarks/writer_memory.py /tmp/abebot-soak-s7/runs/<run id> --generations 3000
+    python -m benchmarks.tools.writer_memory /tmp/abebot-soak-s7/runs/<run id> --generations 3000
 """
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 import duckdb  # noqa: E402
 
