@@ -17,13 +17,17 @@ from streamlit.testing.v1 import AppTest
 
 from core.cli import build_parser, config_from_args
 from dashboard import launch as L
+from dashboard.nav import PAGES as NAV_PAGES
 from dashboard.synthetic import build_run
 from store.control import read_control
 from store.runs import atomic_write_json, read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-PAGES = ["launch", "monitor", "genomes", "benchmark", "export", "runs"]
+# Every page of app.py's st.navigation (dashboard.nav.PAGES), by url path; test_pages_folder_is_navigated
+# checks that this is every file of pages/.
+PAGES = [url for _, _, _, url in NAV_PAGES]
+NO_RUN_PAGES = {"launch", "check"}  # pages that work on no run: start one, check a kernel
 TIMEOUT = 60
 
 
@@ -86,11 +90,19 @@ def run_folders(runs: Path) -> list[Path]:
 
 
 # -- empty runs folder ---------------------------------------------------------------------------
+def test_pages_folder_is_navigated():
+    """Every page file is in the navigation, under its own name (so PAGES renders every page)."""
+    assert sorted(PAGES) == sorted(p.stem for p in (ROOT / "pages").glob("*.py"))
+    assert [f for f, *_ in NAV_PAGES] == [f"pages/{u}.py" for u in PAGES]
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_renders_with_no_runs(runs, page):
     at = app(page)
-    if page != "launch":
+    if page not in NO_RUN_PAGES:
         assert "No runs yet" in texts(at)
+    else:
+        assert "No runs yet" not in texts(at)
 
 
 def test_launch_form_is_generated_from_run_config(runs):
@@ -702,7 +714,7 @@ def test_labels_fit_and_the_configuration_reads_as_text(populated):
 EMOJI = re.compile("[\U0001F000-\U0001FFFF\u2300-\u23FF\u2600-\u27BF\u2B00-\u2BFF\uFE0F]")
 
 
-@pytest.mark.parametrize("page", ["launch", "monitor", "individuals", "genomes", "benchmark", "check", "export", "runs"])
+@pytest.mark.parametrize("page", PAGES)
 def test_no_emoji_anywhere(populated, page):
     from dashboard.nav import PAGES
 

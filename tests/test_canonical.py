@@ -26,6 +26,8 @@ Sampled to stay fast on a two-core runner: each gene is flipped once, to a rando
 on one parent in turn -- the default problem's seeds and :data:`N_RANDOM` random genomes, then the
 seed of every other problem (dtypes, flags). ``ABEBOT_CANONICAL_EXHAUSTIVE=1`` flips every gene to
 every value, on the seeds and more random parents of every problem (minutes).
+C objects are built in the session's compile cache (``compile_cache``, conftest.py), which
+tests/test_conformance.py shares, so a source both build is compiled once.
 """
 from __future__ import annotations
 
@@ -33,7 +35,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 import tempfile
@@ -48,7 +49,7 @@ from core.backends.base import KernelSource
 from core.genome import ChoiceGene, Genome, MapGene, SequenceGene, with_gene
 from core.search.operators import make_valid
 from core.workloads import WORKLOADS, get_workload
-from tests.test_conformance import NVCC, device, problems, template, workload
+from tests.helpers import NVCC, _ptx_text, device, problems, template, workload
 
 ROOT = Path(__file__).resolve().parents[1]
 EXHAUSTIVE = os.environ.get("ABEBOT_CANONICAL_EXHAUSTIVE") == "1"
@@ -174,16 +175,6 @@ def _c_artefacts(kernels: dict[str, KernelSource], cache: Path) -> dict[str, str
         return dict(zip(kernels, pool.map(one, kernels.values())))
 
 
-def _ptx_text(text: str) -> str:
-    """PTX without comments and debug locations (the file name and line numbers are not the kernel)."""
-    lines = []
-    for ln in text.splitlines():
-        ln = ln.split("//", 1)[0].rstrip()
-        if ln and not ln.lstrip().startswith((".file", ".loc")):
-            lines.append(ln)
-    return "\n".join(lines)
-
-
 def _cuda_artefacts(kernels: dict[str, KernelSource], folder: Path) -> dict[str, str]:
     def one(item: tuple[str, KernelSource]) -> str:
         key, k = item
@@ -203,7 +194,6 @@ def _cuda_artefacts(kernels: dict[str, KernelSource], folder: Path) -> dict[str,
 # on empty CPU tensors of the timed and the first odd shape; each launch is compiled for sm_90 instead of run.
 TRITON_WORKER = textwrap.dedent(r'''
     import hashlib, json, os, re, sys
-    sys.path.insert(0, os.getcwd())
     import torch
     from triton.runtime.jit import JITFunction
     from pathlib import Path
@@ -212,7 +202,7 @@ TRITON_WORKER = textwrap.dedent(r'''
     from core.backends.triton_aot import compile_only
     from core.genome import Genome
     from core.workloads import get_workload
-    from tests.test_canonical import _ptx_text
+    from tests.helpers import _ptx_text
 
     compile_only(90)  # the evaluator's ahead-of-time compile: an sm_90 target, nothing is launched
     LAUNCHES = []
@@ -397,7 +387,7 @@ TOP_UP_PARENTS = 300  # random parents searched for a context where a gene the s
 
 
 @pytest.mark.parametrize("name,backend", _pairs())
-def test_every_gene_flip_changes_the_compiled_kernel_or_is_normalised(name, backend, tmp_path):
+def test_every_gene_flip_changes_the_compiled_kernel_or_is_normalised(name, backend, tmp_path, compile_cache):
     language = backend_class(backend).language
     if language == "c" and availability(backend):
         pytest.skip(f"{backend} backend unavailable: {availability(backend)}")
@@ -462,7 +452,7 @@ def test_every_gene_flip_changes_the_compiled_kernel_or_is_normalised(name, back
     with tempfile.TemporaryDirectory(dir=tmp_path) as folder:
         folder = Path(folder)
         if language == "c":
-            code = _c_artefacts(kernels, folder)
+            code = _c_artefacts(kernels, compile_cache)  # the session's cache: built once
         elif language == "cuda":
             code = _cuda_artefacts(kernels, folder)
         elif triton:  # the timed shape first; below, the odd shape where that shape cannot tell

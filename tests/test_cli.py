@@ -2,19 +2,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import cli
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(*args: str, runs_dir: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "core", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "ABEBOT_RUNS_DIR": str(runs_dir), **(env or {})})
 
 
 BAD_RUNS = [

@@ -15,7 +15,7 @@ pytest.importorskip("distributed")
 
 from core.config import RunConfig  # noqa: E402
 from core.evaluation.cluster import ClusterEvaluator  # noqa: E402
-from tests.test_cli import cli  # noqa: E402
+from tests.helpers import cli  # noqa: E402
 
 PROBLEM = '{"tokens": 8, "hidden": 256}'
 

@@ -14,14 +14,18 @@ through the whole suite, with no edit here.
 3. CPU backends, for real: seed and random genomes verify on every shape (the odd ones too)
    through the generic :class:`~core.evaluation.harness.Harness`; so do the library baselines;
    the exported ``run_kernel.py`` passes a good kernel and exits 1 on a broken one.
-4. CUDA C: seed and random genomes of every dtype compile with ``nvcc -ptx -arch=sm_90``.
-5. Triton: seed and random genomes of float16 and float32 verify under ``TRITON_INTERPRET=1``
-   through the generic harness (one interpreter subprocess per workload).
+4. CUDA C: the seeds of every problem (dtypes, flags) and random genomes compile with
+   ``nvcc -ptx -arch=sm_90``.
+5. Triton: the seeds of every float16 and float32 problem and random genomes verify under
+   ``TRITON_INTERPRET=1`` through the generic harness (one interpreter subprocess per workload).
 6. The exported script of every pair is valid Python and its ``kernel.json`` round-trips.
 
 Executed checks use small problems (sizes capped at :data:`SMALL_SIZE`; the spec's odd shapes
 are small already) and :data:`N_RANDOM` random genomes per problem, so the suite stays fast on a
-two-core CI runner.
+two-core CI runner. The compiled checks (4 and 5) are slimmer still: random genomes on the pair's
+first problem only, the seeds on its other problems (see :func:`sampled`);
+``ABEBOT_CONFORMANCE_EXHAUSTIVE=1`` takes random genomes on every problem. The C compile cache is
+the session's (``compile_cache`` in conftest.py), shared with tests/test_canonical.py.
 """
 from __future__ import annotations
 
@@ -30,11 +34,9 @@ import functools
 import json
 import math
 import os
-import platform
 import py_compile
 import random
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -43,121 +45,29 @@ from pathlib import Path
 
 import pytest
 
-from core.backends import BACKENDS, availability, backend_class, make_backend
-from core.backends.base import DeviceInfo, KernelSource, source_hash
+from core.backends import BACKENDS, availability, make_backend
+from core.backends.base import KernelSource, source_hash
 from core.evaluation.harness import Harness
 from core.evaluation.standalone import write_standalone
 from core.genome import GROUPS, Genome
 from core.workloads import WORKLOADS, get_workload
 from core.workloads.template import Template
 
-ROOT = Path(__file__).resolve().parents[1]
-SMALL_SIZE = 64  # executed problems: every "size" setting at most this (the spec's odd shapes come on top)
-N_RANDOM = 4  # random genomes per problem, besides the seeds
-NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
-INTERPRETER_DTYPES = ("float16", "float32")  # the interpreter computes bf16 wrongly on NumPy (no bf16 type)
+from tests.helpers import (INTERPRETER_DTYPES, N_RANDOM, NVCC, ROOT, _normalised, caps, cpu_pair, cuda_pair, device,
+                           dtypes, genomes,
+                           innermost_dims, label, pair, problems, template, triton_pair, workload)
 
-SIMULATED_GPU = DeviceInfo(backend="", index=0, name="NVIDIA H200 (simulated)", memory_bytes=141 << 30,
-                           multiprocessors=132, shared_mem_per_block=232448, registers_per_block=65536,
-                           registers_per_thread=255, max_threads_per_block=1024, l2_bytes=60 << 20,
-                           memory_bandwidth=4.8e12, arch="sm_90")
-SIMULATED_CPU = DeviceInfo(backend="", index=0, name="CPU (simulated)", memory_bytes=16 << 30,
-                           multiprocessors=os.cpu_count() or 1, l2_bytes=32 << 20, arch=platform.machine())
+# ABEBOT_CONFORMANCE_EXHAUSTIVE=1: nvcc and the Triton interpreter take N_RANDOM random genomes on
+# every problem; by default (slim) on the first problem of each pair only, and the seeds elsewhere.
+EXHAUSTIVE = os.environ.get("ABEBOT_CONFORMANCE_EXHAUSTIVE") == "1"
 
 
-# ---- the registry --------------------------------------------------------------------------------
-
-def _pairs(where=lambda backend: True) -> list:
-    """Every (workload, backend) pair of the registry whose backend satisfies ``where``; a workload
-    that does not load is left to :func:`test_registered_workload_loads`, which names the error."""
-    out = []
-    for name in WORKLOADS:
-        try:
-            backends = list(get_workload(name).templates)
-        except Exception:
-            continue
-        out += [pytest.param(name, b, id=f"{name}-{b}") for b in backends if b in BACKENDS and where(b)]
-    return out
-
-
-pair = pytest.mark.parametrize("name,backend", _pairs())
-# Executed for real: the backends that run on this machine's CPU.
-cpu_pair = pytest.mark.parametrize("name,backend", _pairs(lambda b: backend_class(b).device_kind == "cpu"))
-# CUDA C sources, compiled by nvcc to PTX (no GPU needed).
-cuda_pair = pytest.mark.parametrize("name,backend", _pairs(lambda b: backend_class(b).language == "cuda"))
-# Triton modules, run by Triton's interpreter on CPU tensors (InterpreterRuntime is the triton backend's).
-triton_pair = pytest.mark.parametrize("name,backend", _pairs(lambda b: b == "triton"))
-
-
-def caps(backend: str):
-    """The backend's capabilities (class attributes: device_kind, arrays, dtypes...)."""
-    return backend_class(backend)
-
-
-@functools.lru_cache(maxsize=None)
-def workload(name: str):
-    return get_workload(name)
-
-
-@functools.lru_cache(maxsize=None)
-def device(backend: str) -> DeviceInfo:
-    """The real device where the backend runs here (a CPU), else a simulated one of its kind."""
-    if caps(backend).device_kind == "cpu":
-        if availability(backend) is None:
-            return backend_class(backend).devices()[0]
-        return dataclasses.replace(SIMULATED_CPU, backend=backend)
-    return dataclasses.replace(SIMULATED_GPU, backend=backend)
-
-
-def dtypes(name: str, backend: str) -> list:
-    """The dtypes the backend offers, limited to the dtype setting's choices ([None]: no such setting)."""
-    p = next((p for p in workload(name).params if p.kind == "dtype"), None)
-    if p is None:
-        return [None]
-    return [d for d in caps(backend).dtypes if not p.choices or d in p.choices]
-
-
-def problems(name: str, backend: str, small: bool, only: tuple | None = None) -> list[dict]:
-    """Validated problems: for every dtype (or those in ``only``), the defaults and each flag flipped;
-    sizes capped at SMALL_SIZE when ``small``."""
-    wl, kind = workload(name), caps(backend).device_kind
-    base = {p.name: min(p.default_for(kind), SMALL_SIZE) for p in wl.params if small and p.kind == "size"}
-    dtype_param = next((p.name for p in wl.params if p.kind == "dtype"), None)
-    flags = [p for p in wl.params if p.kind == "flag"]
-    out = []
-    for dt in dtypes(name, backend):
-        if only is not None and dt not in only:
-            continue
-        d = {**base, **({dtype_param: dt} if dtype_param else {})}
-        out += [d] + [{**d, f.name: not f.default_for(kind)} for f in flags]
-    return [wl.validate_problem(p, backend) for p in out]
-
-
-def template(name: str, backend: str, problem: dict) -> Template:
-    return workload(name).template(backend, problem, device(backend))
-
-
-def genomes(tpl: Template, key: str, n: int = N_RANDOM) -> list[Genome]:
-    """The seeds, then ``n`` random genomes from a generator seeded by ``key`` (see :func:`label`)."""
-    space = tpl.gene_space()
-    rng = random.Random(key)
-    out = space.seed_genomes() + [space.random(rng) for _ in range(n)]
-    return list(dict.fromkeys(out))
-
-
-def label(name: str, backend: str, problem: dict) -> str:
-    """A stable seed for a problem's random genomes (str seeds do not depend on PYTHONHASHSEED)."""
-    return f"{name}/{backend}/{json.dumps(problem, sort_keys=True)}"
-
-
-def innermost_dims(name: str, problem: dict) -> set[str]:
-    """The named last dimension of every tensor: the one vector widths and unrolls split."""
-    return {t.dims[-1] for t in workload(name).tensors(problem) if t.dims and isinstance(t.dims[-1], str)}
-
-
-def _normalised(value):
-    """As JSON gives it back (tuples become lists)."""
-    return json.loads(json.dumps(value))
+def sampled(name: str, backend: str, problem: dict, first: bool) -> list[Genome]:
+    """The genomes the compiled checks (nvcc, the interpreter) take for a problem: the seeds and
+    N_RANDOM random genomes on the pair's first problem (every problem when exhaustive), the seeds
+    on the others (their dtypes and flags; random genomes of every problem are rendered by
+    test_random_genomes_render_deterministically and pinned by tests/test_render_golden.py)."""
+    return genomes(template(name, backend, problem), label(name, backend, problem), N_RANDOM if first or EXHAUSTIVE else 0)
 
 
 # ---- 0. the registry entry -----------------------------------------------------------------------
@@ -320,11 +230,6 @@ def _needs_cpu_backend(backend: str) -> None:
         pytest.skip(f"{backend} backend unavailable: {reason}")
 
 
-@pytest.fixture(scope="module")
-def compile_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("conformance-cache")
-
-
 @functools.lru_cache(maxsize=None)
 def cpu_backend(backend: str):
     b = make_backend(backend)
@@ -436,9 +341,9 @@ def test_cuda_sources_compile_to_ptx_with_nvcc(name, backend, tmp_path):
     if NVCC is None:
         pytest.skip("nvcc not installed: CUDA C sources cannot be compiled here")
     kernels: dict[str, tuple[str, KernelSource]] = {}  # file stem -> (what, kernel); identical sources once
-    for problem in problems(name, backend, small=False):
+    for i, problem in enumerate(problems(name, backend, small=False)):
         tpl = template(name, backend, problem)
-        for g in genomes(tpl, label(name, backend, problem)):
+        for g in sampled(name, backend, problem, first=i == 0):
             kernel = tpl.render(g)
             stem = source_hash(kernel)
             kernels.setdefault(stem, (f"{problem} {g.to_json()}", kernel))
@@ -477,7 +382,6 @@ INTERPRETER = textwrap.dedent(r'''
         _orig(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
     _I._patch_lang_tensor = _patched
-    sys.path.insert(0, os.getcwd())
     from pathlib import Path
     from core.backends.base import Artifact, DeviceInfo, source_hash
     from core.backends.triton import InterpreterRuntime
@@ -524,9 +428,8 @@ def test_triton_kernels_verify_under_the_interpreter(name, backend, tmp_path):
     if not (_have("triton") and _have("torch")):
         pytest.skip("triton and torch are needed for TRITON_INTERPRET")
     items = []
-    for problem in problems(name, backend, small=True, only=INTERPRETER_DTYPES):
-        tpl = template(name, backend, problem)
-        items.append({"problem": problem, "genomes": [g.to_json() for g in genomes(tpl, label(name, backend, problem))]})
+    for i, problem in enumerate(problems(name, backend, small=True, only=INTERPRETER_DTYPES)):
+        items.append({"problem": problem, "genomes": [g.to_json() for g in sampled(name, backend, problem, first=i == 0)]})
     assert items, f"{backend} offers neither of {INTERPRETER_DTYPES} for {name}"
     job = {"workload": name, "backend": backend, "device": dataclasses.asdict(device(backend)), "items": items,
            "folder": str(tmp_path)}

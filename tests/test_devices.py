@@ -15,7 +15,7 @@ import pytest
 from core.config import ConfigError, RunConfig
 from core.evaluation import devices
 from core.evaluation.pool import SandboxPool
-from tests.test_cli import cli
+from tests.helpers import cli
 
 CORES = sorted(os.sched_getaffinity(0))
 TWO_CORES = pytest.mark.skipif(len(CORES) < 2, reason="core sets need at least 2 cores")

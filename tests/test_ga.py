@@ -9,17 +9,7 @@ from core.config import RunConfig
 from core.config import ConfigError
 from core.search.fitness import crowding_distance, normalised_weights, objectives, pareto_ranks, score
 from core.search.ga import GAContext, initial_population, rng_from_json, rng_state_to_json, step, summarise
-from tests.test_genome import toy_space
-
-
-def fake_measure(genome) -> dict:
-    """Deterministic 'measurements': bigger blocks and vectors are faster; 'strided' is lethal."""
-    if genome.get("memory_pattern", "layout") == "strided" and genome.get("parallel_config", "grid") == 4:
-        return {"status": "wrong_result", "cause": "planted"}
-    t = 1000.0 / (genome.get("parallel_config", "block") * genome.get("memory_pattern", "vector")) ** 0.5
-    t += 3.0 * len(genome.get("instruction_sequence", "main_loop"))
-    mem = 1000 + 10 * genome.get("parallel_config", "grid")
-    return {"status": "ok", "time_us": t, "memory_bytes": mem, "stability": 1.0}
+from tests.helpers import fake_measure, toy_space
 
 
 class CountingEvaluator:

@@ -6,32 +6,9 @@ import random
 
 import pytest
 
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, diff, with_gene
+from core.genome import ChoiceGene, GeneSpace, Genome, diff, with_gene
 from core.search.operators import crossover, crossover_sequence, make_valid, mutate
-
-SEQ = SequenceGene("main_loop", required=("LDG", "FFMA", "STG"), optional=("SYNC", "PREFETCH"),
-                   before=(("LDG", "FFMA"), ("FFMA", "STG")))
-
-
-def toy_space() -> GeneSpace:
-    def tile_fits(g: Genome) -> str | None:
-        if g.get("parallel_config", "block") * g.get("memory_pattern", "vector") > 1024:
-            return "parallel_config.block x memory_pattern.vector exceeds 1024"
-        return None
-
-    return GeneSpace(
-        groups={
-            "parallel_config": (ChoiceGene("block", (32, 64, 128, 256, 512)), ChoiceGene("grid", (1, 2, 4))),
-            "memory_pattern": (ChoiceGene("vector", (1, 2, 4, 8)), ChoiceGene("layout", ("coalesced", "strided"))),
-            "register_allocation": (MapGene("regs", (("R0", ("input_ptr", "weight_ptr", "acc")), ("R1", ("acc", "tmp")), ("R2", ("tmp", "spill")))),),
-            "instruction_sequence": (SEQ,),
-        },
-        constraints=(tile_fits,),
-        seeds=({"parallel_config": {"block": 128, "grid": 1}, "memory_pattern": {"vector": 4, "layout": "coalesced"},
-                "register_allocation": {"regs": {"R0": "input_ptr", "R1": "acc", "R2": "tmp"}},
-                "instruction_sequence": {"main_loop": ["LDG", "FFMA", "STG"]}},),
-    )
-
+from tests.helpers import SEQ, toy_space
 
 def test_genome_is_immutable_hashable_and_round_trips():
     space = toy_space()

@@ -1,5 +1,5 @@
 """core.backends.torch_runtime.replay_chain, on a simulated device clock (the CUDA part runs on the H200:
-benchmarks/DECODE_H200.md, session 13, and the GPU tests in test_launch_checks.py)."""
+benchmarks/reports/DECODE_H200.md, session 13, and the GPU tests in test_launch_checks.py)."""
 from __future__ import annotations
 
 import pytest

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from core.search.operators import make_valid
-from tests.test_conformance import SIMULATED_CPU, SIMULATED_GPU, _pairs, caps, label, problems, workload
+from tests.helpers import SIMULATED_CPU, SIMULATED_GPU, _pairs, caps, label, problems, workload
 
 GOLDEN = Path(__file__).parent / "golden" / "renders.json"
 N_SAMPLED = 500

@@ -21,8 +21,7 @@ from core.search.retiming import (NOISY_REL_SPREAD, baseline_summary, combine, d
                            time_samples, with_reference)
 from store import RunReader, RunWriter, new_run_id
 from store.schema import SCHEMA_VERSION, columns
-from tests.test_ga import fake_measure
-from tests.test_genome import toy_space
+from tests.helpers import fake_measure, toy_space
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_RUNS = sorted(p for p in (ROOT / "benchmarks" / "h200_runs").iterdir() if p.is_dir())

@@ -1,6 +1,6 @@
 """The CUDA RMSNorm template's row split over a thread block cluster and its barriers, checked in
 the PTX nvcc makes of them (no GPU needed). Whether the kernels verify is the GPU's to say: every
-genome the GA times on the H200 is checked first (benchmarks/DECODE_H200.md); the registry-wide
+genome the GA times on the H200 is checked first (benchmarks/reports/DECODE_H200.md); the registry-wide
 checks (nvcc on random genomes, the exported script) are tests/test_conformance.py's."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from core.genome import Genome
 from core.workloads.rmsnorm.cuda import full_fit
 from core.workloads import get_workload
-from tests.test_conformance import NVCC, SIMULATED_GPU
+from tests.helpers import NVCC, SIMULATED_GPU
 
 DECODE = {"rows": 4, "cols": 8192, "residual": True}
 

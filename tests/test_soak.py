@@ -1,4 +1,4 @@
-"""The soak in short form (benchmarks/soak.py runs it long), and a commit that meets a full disk.
+"""The soak in short form (benchmarks/tools/soak.py runs it long), and a commit that meets a full disk.
 
 The short form kills the worker with kill -9 three times at random moments and resumes it, crashes
 the sandbox in a burst and takes the free space under the run's threshold, then checks that every
@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import threading
 import time
 from pathlib import Path
@@ -34,16 +35,73 @@ def _can_fallocate(folder: Path) -> bool:
         (folder / ".probe").unlink(missing_ok=True)
 
 
+GENERATIONS_BETWEEN_KILLS = 1  # committed generations the worker makes between two kills (and after the last)
+
+
+def _counted_soak(opts):
+    """benchmarks/tools/soak.py's Soak with a schedule driven by counts, not by the wall clock: a kill
+    -9 at a random moment after every GENERATIONS_BETWEEN_KILLS committed generations, ``opts.kills``
+    times; a crash burst held until a crashed candidate is stored; a disk pause; then one more
+    generation and a stop. However slow the machine, the same events happen in the same order
+    (``opts.minutes`` plays no part; every wait has the soak's own generous timeout)."""
+    from benchmarks.tools.soak import Soak
+
+    class CountedSoak(Soak):
+        def burst_until_crash(self) -> None:
+            t, before = self.elapsed(), max(self.crashed_live(), 0)
+            self.flag.touch()
+            try:
+                self.wait_for(lambda: self.crashed_live() > before, 180, "a candidate crashed by the burst")
+            finally:
+                self.flag.unlink(missing_ok=True)
+            after = self.crashed_live()
+            self.res.bursts.append({"t": round(t, 1), "seconds": round(self.elapsed() - t, 1), "crashed": after - before})
+
+        def generations_more(self, n: int, what: str) -> bool:
+            target = self.committed() + n
+            return self.wait_for(lambda: self.committed() >= target, 180, what)
+
+        def run(self):
+            o = self.o
+            rng = random.Random(o.seed)
+            self.t0 = time.monotonic()
+            threading.Thread(target=self.sampler, daemon=True).start()
+            self.start_worker()
+            try:
+                if not self.wait_for(lambda: self.committed() >= 0, 180, "generation 0"):
+                    return self.res
+                for k in range(o.kills):
+                    if not self.generations_more(GENERATIONS_BETWEEN_KILLS, f"generations before kill {k + 1}"):
+                        return self.res
+                    time.sleep(rng.uniform(*o.kill_delay_s))  # a random moment of a later generation
+                    self.kill_worker("scheduled")
+                    self.start_worker()
+                    resumed_at = self.res.generations[-1]
+                    if not self.wait_for(lambda: self.committed() > resumed_at, 180, "a generation after resume"):
+                        return self.res
+                    if k < o.crash_bursts:
+                        self.burst_until_crash()
+                for _ in range(o.disk_pauses):
+                    self.disk_pause()
+                self.generations_more(GENERATIONS_BETWEEN_KILLS, "a generation before the stop")
+            finally:
+                self.finish()
+            return self.res
+
+    return CountedSoak(opts).run()
+
+
 @pytest.mark.slow
 def test_short_soak_loses_and_duplicates_no_generation(tmp_path):
+    """Count-driven (see :func:`_counted_soak`): three kills, a crash burst and a disk pause happen
+    whatever the machine's load."""
     if not _can_fallocate(tmp_path):
         pytest.skip("this filesystem cannot fallocate the filler that fills the disk")
-    from benchmarks.soak import Options, run_soak
+    from benchmarks.tools.soak import Options
 
     t0 = time.monotonic()
-    res = run_soak(Options(minutes=0.55, kills=3, crash_bursts=1, burst_s=2.0, disk_pauses=1, pause_hold_s=2.0,
-                           dashboard_restarts=0, quiet_fraction=0.1, kill_delay_s=(0.0, 3.0), seed=11,
-                           work_dir=tmp_path / "soak", log=False))
+    res = _counted_soak(Options(kills=3, crash_bursts=1, disk_pauses=1, pause_hold_s=2.0, dashboard_restarts=0,
+                                kill_delay_s=(0.0, 1.5), seed=11, work_dir=tmp_path / "soak", log=False))
     print(f"soak: {len(res.generations)} generations in {time.monotonic() - t0:.1f} s, kills {res.kills}, "
           f"bursts {res.bursts}, pauses {res.pauses}, crashed {res.crashed_rows}")
     assert res.problems == []

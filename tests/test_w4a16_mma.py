@@ -1,6 +1,6 @@
 """The W4A16 CUDA template's tensor-core path: the repacked layout, the genes it reads, its source.
 
-The kernel itself runs on the GPU only (benchmarks/DECODE_H200.md); here the layout the kernel's
+The kernel itself runs on the GPU only (benchmarks/reports/DECODE_H200.md); here the layout the kernel's
 fragments assume is checked value by value, in numpy and in torch."""
 import numpy as np
 import pytest
@@ -316,7 +316,7 @@ def test_bulk_copies_are_offered_on_sm_90_only():
     import dataclasses
 
     from core.workloads import get_workload
-    from tests.test_conformance import SIMULATED_GPU
+    from tests.helpers import SIMULATED_GPU
 
     for arch, offered in (("sm_90", True), ("sm_90a", True), ("sm_100", True), ("sm_80", False), ("sm_89", False), ("", True)):
         tpl = get_workload("w4a16").template("cuda", {"m": 16, "n": 8192, "k_groups": 224, "dtype": "bfloat16",

@@ -1,7 +1,7 @@
 """The W4A16 CUDA GEMV path's ``strips`` layout (gene ``memory_pattern.layout``): the repack puts
 every word and scale where the kernel's WORD / SCALE macros read it, and genomes saved before the
 gene existed still load, as the kernel they were. The kernel runs on the GPU only
-(benchmarks/DECODE_H200.md); the address arithmetic is checked here, in numpy and in torch."""
+(benchmarks/reports/DECODE_H200.md); the address arithmetic is checked here, in numpy and in torch."""
 import json
 import re
 import types
@@ -14,7 +14,7 @@ import pytest
 from core.genome import GeneSpace, Genome
 from core.workloads import get_workload
 from core.workloads.w4a16 import cuda, cuda_genes
-from tests.test_rmsnorm_w4a16 import H200
+from tests.helpers import H200
 
 GPU = dataclasses.replace(H200, backend="cuda")
 PROBLEM = {"m": 1, "n": 72, "k_groups": 2}
