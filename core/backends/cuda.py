@@ -22,7 +22,6 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -155,19 +154,28 @@ def nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bytes, st
         nvrtc.destroyProgram(prog)
 
 
-class CudaBackend(Backend):
+class TorchGpuBackend(Backend):
+    """What the backends whose kernels run on this host's CUDA GPUs on torch tensors share (cuda,
+    triton): the device kind, arrays, dtypes, sticky errors and the devices."""
+
+    device_kind = "gpu"
+    arrays = "torch"
+    dtypes = ("bfloat16", "float16", "float32")
+    sticky_errors = True
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        return gpu_devices(cls.name)
+
+
+class CudaBackend(TorchGpuBackend):
     """CUDA C through NVRTC; see the module docstring for what runs where."""
 
     name = "cuda"
     title = "CUDA C"
     language = "cuda"
     source_suffix = ".cu"
-    device_kind = "gpu"
-    arrays = "torch"
-    dtypes = ("bfloat16", "float16", "float32")
-    sticky_errors = True
     entry_kind = "an `extern \"C\" __global__` CUDA kernel, compiled by NVRTC"
-    _lock = threading.Lock()
 
     @classmethod
     def availability(cls) -> str | None:
@@ -176,10 +184,6 @@ class CudaBackend(Backend):
         except Exception as exc:
             return f"cupy cannot be imported ({type(exc).__name__}: {exc})"
         return gpu_unavailable_reason()
-
-    @classmethod
-    def devices(cls) -> list[DeviceInfo]:
-        return gpu_devices(cls.name)
 
     def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
         """``<key>.cubin`` and ``<key>.json`` in ``cache_dir`` (absolute paths), used from the cache

@@ -21,30 +21,24 @@ import importlib.util
 import itertools
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from core.backends import cache
-from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
-from core.backends.cuda import gpu_devices, gpu_unavailable_reason
+from core.backends.base import Artifact, CompileError, KernelSource, Runtime
+from core.backends.cuda import TorchGpuBackend, gpu_unavailable_reason
 from core.backends.torch_runtime import TorchCudaRuntime
 
 
-class TritonBackend(Backend):
+class TritonBackend(TorchGpuBackend):
     """Triton kernels on a CUDA GPU (see the module docstring for what compiles where)."""
 
     name = "triton"
     title = "Triton"
     language = "python"
     source_suffix = ".py"
-    device_kind = "gpu"
-    arrays = "torch"
-    dtypes = ("bfloat16", "float16", "float32")
-    sticky_errors = True
     entry_kind = "a Python module of `@triton.jit` kernels with a `launch(...)` function"
-    _lock = threading.Lock()
 
     @classmethod
     def availability(cls) -> str | None:
@@ -56,10 +50,6 @@ class TritonBackend(Backend):
         except Exception as exc:
             return f"triton and torch are needed ({exc})"
         return gpu_unavailable_reason()
-
-    @classmethod
-    def devices(cls) -> list[DeviceInfo]:
-        return gpu_devices(cls.name)
 
     def compile(self, kernel: KernelSource, cache_dir: Path) -> Artifact:
         """``<key>.py`` in ``cache_dir`` (absolute path); a cached module is used only when its bytes

@@ -9,6 +9,15 @@ process.
 A kernel file opens with a comment for its reader (what it is, the ``#define``s and slots it
 expects); :func:`kernel_body` and :func:`snippet` give the text without it, for renderers whose
 output must not carry it.
+
+Lines that several kernel files share live once, in a file of their own that the others include:
+a line ``#include "<path>"`` (at the start of the line, alone but for a ``//`` comment) in a C or
+CUDA C file stands for the body of the file at ``<path>``, relative to the including file's folder
+as the preprocessor has it -- its lines without its leading comment, whose ``{{slot}}``s become
+the includer's. It is resolved when the file is read, so a rendered kernel stays one header-free
+source. The pieces of several families lie in ``core/workloads/kernels/`` (``#include
+"../../kernels/<name>"`` from a family's kernels; :data:`COMMON` names that folder to
+:func:`kernel_text` and the others).
 """
 from __future__ import annotations
 
@@ -21,12 +30,40 @@ _SLOT = re.compile(r"\{\{(\w+)\}\}")
 # (Python), and the blank lines after it
 _HEAD = {".py": re.compile(r"(?:#[^\n]*\n)+\n*")}
 _C_HEAD = re.compile(r"/\*.*?\*/\n*", re.S)
+# a textual include: the whole line, its break too, stands for the included file's body
+_INCLUDE = re.compile(r'^#include "([^"\n]+)"[ \t]*(?://[^\n]*)?\n', re.M)
+_C_SUFFIXES = (".c", ".h", ".cu", ".cuh")
+# ``family_file`` of the kernel pieces several families share: core/workloads/kernels/
+COMMON = __file__
 
 
 @functools.lru_cache(maxsize=None)
 def kernel_text(family_file: str, name: str) -> str:
-    """The text of ``kernels/<name>`` beside ``family_file`` (a template module's ``__file__``)."""
-    return (Path(family_file).resolve().parent / "kernels" / name).read_text()
+    """The text of ``kernels/<name>`` beside ``family_file`` (a template module's ``__file__``, or
+    :data:`COMMON`), its ``#include "..."`` lines resolved."""
+    return _read((Path(family_file).resolve().parent / "kernels" / name).resolve())
+
+
+@functools.lru_cache(maxsize=None)
+def _read(path: Path, within: tuple[Path, ...] = ()) -> str:
+    text = path.read_text()
+    if path.suffix not in _C_SUFFIXES:
+        return text
+    if path in within:
+        raise ValueError(f"{path.name} includes itself: {' -> '.join(p.name for p in within + (path,))}")
+
+    def body(m: re.Match) -> str:
+        included = (path.parent / m.group(1)).resolve()
+        out = _strip_head(_read(included, within + (path,)), included.suffix)
+        if not out.endswith("\n"):
+            raise ValueError(f"{included.name} (included by {path.name}) does not end with a line break")
+        return out
+    return _INCLUDE.sub(body, text)
+
+
+def _strip_head(text: str, suffix: str) -> str:
+    head = _HEAD.get(suffix, _C_HEAD).match(text)
+    return text[head.end():] if head else text
 
 
 def fill(text: str, **slots: str) -> str:
@@ -46,9 +83,7 @@ def defines(values: dict[str, object]) -> str:
 @functools.lru_cache(maxsize=None)
 def kernel_body(family_file: str, name: str) -> str:
     """:func:`kernel_text` without the file's leading comment (and the blank lines after it)."""
-    text = kernel_text(family_file, name)
-    head = _HEAD.get(Path(name).suffix, _C_HEAD).match(text)
-    return text[head.end():] if head else text
+    return _strip_head(kernel_text(family_file, name), Path(name).suffix)
 
 
 def snippet(family_file: str, name: str) -> str:

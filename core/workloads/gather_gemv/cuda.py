@@ -28,7 +28,7 @@ from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.kernel_files import defines, fill, kernel_body, snippet
+from core.workloads.kernel_files import COMMON, defines, fill, kernel_body, snippet
 from core.workloads.template import Template
 
 TOKENS = ("LOAD_H", "LOAD_W", "FMA")
@@ -152,9 +152,9 @@ def render_source(g: Genome, dtype: str) -> str:
     split = p["split"] > 1
     loop = ("for (long long base = (long long)blockIdx.x * TEAMS; base < tasks; base += (long long)gridDim.x * TEAMS)"
             if p["schedule"] == "persistent" else "for (long long base = (long long)blockIdx.x * TEAMS; base < tasks; base = tasks)")
-    ld = snippet(__file__, "access_ld.cuh")
+    ld = snippet(COMMON, "access_ld.cuh")
     body = fill(kernel_body(__file__, "gather_gemv.cu"), to_f=to_f, from_f=from_f,
-                ld_h=fill(ld, hint=m["h_load"]), ld_w=fill(ld, hint=m["w_load"]), unroll=str(r["unroll"]),
+                ld_0=fill(ld, hint=m["h_load"]), ld_1=fill(ld, hint=m["w_load"]), unroll=str(r["unroll"]),
                 steps="\n".join(snippet(__file__, f"step_{tok.lower()}.cuh") for tok in g["instruction_sequence"]["body"]),
                 red="__shared__ float red[THREADS / 32 * ROWS];" if split else "", loop=loop,
                 combine="\n" + snippet(__file__, "combine_split.cuh") if split else "")

@@ -27,7 +27,7 @@ from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.kernel_files import defines, fill, kernel_body, snippet
+from core.workloads.kernel_files import COMMON, defines, fill, kernel_body, snippet
 from core.workloads.template import Template
 
 TOKENS = ("LOAD_X1", "LOAD_X2", "LOAD_CS", "ROTATE", "STORE")
@@ -134,8 +134,9 @@ def _floats(g: Genome) -> int:
 
 
 def _access(kind: str, hint: str) -> str:
-    """PTX of a 2/4/8/16-byte global load (kind "ld") or store ("st") with ``hint``, by byte count."""
-    return fill(snippet(__file__, f"access_{kind}.cuh"), hint=hint)
+    """PTX of a 2/4/8/16-byte global load (kind "ld", the shared kernels' file) or store ("st")
+    with ``hint``, by byte count."""
+    return fill(snippet(COMMON if kind == "ld" else __file__, f"access_{kind}.cuh"), hint=hint)
 
 
 def _main(p: dict) -> str:
@@ -167,7 +168,7 @@ def render_source(g: Genome, problem: dict) -> str:
     T, to_f, from_f = SCALAR_TYPES[dtype]
     shared = m["cs_stage"] == "shared"
     body = fill(kernel_body(__file__, "rope.cu"), to_f=to_f, from_f=from_f,
-                ld_x=_access("ld", m["x_load"]), ld_cs=_access("ld", m["cs_load"]), st=_access("st", m["store"]),
+                ld_0=_access("ld", m["x_load"]), ld_1=_access("ld", m["cs_load"]), st=_access("st", m["store"]),
                 cs_from=snippet(__file__, "cs_shared.cuh" if shared else "cs_global.cuh"),
                 stage=kernel_body(__file__, "stage_shared.cuh") if shared else "",
                 unroll=str(r["unroll"]),

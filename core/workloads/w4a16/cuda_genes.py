@@ -80,6 +80,11 @@ def fits(g: Genome) -> str | None:
     return None
 
 
+def _vary(seed: dict, changes: dict) -> dict:
+    """``seed`` with the genes of ``changes`` (``{group: {gene: value}}``) set."""
+    return {**seed, **{group: {**seed.get(group, {}), **genes} for group, genes in changes.items()}}
+
+
 # M = 1 at N = 8192: 8 column threads x 64 K lanes, 32 columns a block -> 256 blocks, and
 # 4 x 16 bytes in flight per thread (about 64 KB per SM at two blocks).
 SEEDS = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1, "kblocks": 1},
@@ -89,27 +94,21 @@ SEEDS = ({"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1,
          {"parallel_config": {"threads": 256, "ksplit": 16, "rows_per_block": 4, "kblocks": 1},
           "memory_pattern": {"vec": 2, "w_load": ".nc", "x_load": ".nc", "layout": "gptq", "stages": 0},
           "register_allocation": {"batch": 2, "pipeline": "off", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
-          "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic", "math": "fma"}},
-         {"parallel_config": {"threads": 512, "ksplit": 64, "rows_per_block": 1, "kblocks": 1},
-          "memory_pattern": {"vec": 4, "w_load": ".nc.L1::no_allocate", "x_load": "", "layout": "gptq", "stages": 0},
-          "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
-          "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "fma"}})
+          "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "magic", "math": "fma"}})
+# the first, its next words loaded during this word's math and dequantised by half2
+SEEDS += (_vary(SEEDS[0], {"register_allocation": {"pipeline": "next"}, "instruction_sequence": {"dequant": "half2"}}),)
 # the same, its words and scales in strips of its 32 columns: every block reads one contiguous region
-SEEDS += ({**SEEDS[2], "memory_pattern": {**SEEDS[2]["memory_pattern"], "layout": "strips"}},)
+SEEDS += (_vary(SEEDS[2], {"memory_pattern": {"layout": "strips"}}),)
 # M = 16: tensor cores; 4 warps along K by 2 along N, 64 columns a block (x read by 128 blocks, not 256,
 # at N = 8192), 4 blocks along K (512 blocks); the chunk's x fragments come with its words, a chunk ahead
 MMA_SEEDS = ({"parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block": 1, "kblocks": 4},
               "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": "", "layout": "gptq", "stages": 0},
               "register_allocation": {"batch": 2, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
-              "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "half2", "math": "mma"}},
-             # M = 1: 8 warps along K over 32 columns, 2 blocks along K (512 blocks at N = 8192)
-             {"parallel_config": {"threads": 256, "ksplit": 8, "rows_per_block": 1, "kblocks": 2},
-              "memory_pattern": {"vec": 1, "w_load": ".nc.L1::no_allocate", "x_load": "", "layout": "gptq", "stages": 0},
-              "register_allocation": {"batch": 4, "pipeline": "next", "regs": {"scale": "word", "unroll": 1}, "min_blocks": 1},
-              "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "half2", "math": "mma"}})
+              "instruction_sequence": {"nibbles": NIBBLES, "first": "x", "dequant": "half2", "math": "mma"}},)
+# M = 1: 8 warps along K over 32 columns, 2 blocks along K (512 blocks at N = 8192), 4 words in flight
+MMA_SEEDS += (_vary(MMA_SEEDS[0], {"parallel_config": {"ksplit": 8, "kblocks": 2}, "register_allocation": {"batch": 4}}),)
 # the M = 16 seed with 4 chunks in flight through shared memory (cp.async), not one in registers
-MMA_SEEDS += ({**MMA_SEEDS[0], "memory_pattern": {**MMA_SEEDS[0]["memory_pattern"], "stages": 4},
-               "register_allocation": {**MMA_SEEDS[0]["register_allocation"], "pipeline": "off"}},)
+MMA_SEEDS += (_vary(MMA_SEEDS[0], {"memory_pattern": {"stages": 4}, "register_allocation": {"pipeline": "off"}}),)
 # the weights as A (cuda_mma_w): 4 warps along K by 2 along N, 32 columns a warp, 4 blocks along K,
 # 4 steps of words and x in flight per lane (59 us at M = 16 on the down projection, call 21)
 MMA_SEEDS += ({"parallel_config": {"threads": 256, "ksplit": 4, "rows_per_block": 1, "kblocks": 4},
@@ -124,9 +123,9 @@ MMA_SEEDS += ({"parallel_config": {"threads": 256, "ksplit": 2, "rows_per_block"
                "instruction_sequence": {"nibbles": NIBBLES, "first": "words", "dequant": "half2", "math": "mma_w"}},)
 # that one's ring filled by bulk copies, 64 columns a warp, 8 blocks along K, min_blocks 1
 # (call 24: 51.6 us against its 55.5 us, do_bench; call 26's GA champion: 45.17 us, 2.53x cuBLAS)
-MMA_SEEDS += ({**MMA_SEEDS[-1], "parallel_config": {**MMA_SEEDS[-1]["parallel_config"], "kblocks": 8},
-               "memory_pattern": {"vec": 2, "w_load": "", "x_load": "", "layout": "gptq", "stages": 2, "copy": "bulk"},
-               "register_allocation": {**MMA_SEEDS[-1]["register_allocation"], "batch": 1, "min_blocks": 1}},)
+MMA_SEEDS += (_vary(MMA_SEEDS[-1], {"parallel_config": {"kblocks": 8},
+                                    "memory_pattern": {"vec": 2, "w_load": "", "stages": 2, "copy": "bulk"},
+                                    "register_allocation": {"batch": 1, "min_blocks": 1}}),)
 
 
 def half2_pairs(g: Genome) -> Genome:

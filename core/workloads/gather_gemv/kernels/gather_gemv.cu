@@ -5,8 +5,8 @@
  * Rendered behind `typedef <scalar> T;` and the genome's #defines: THREADS, SPLIT, TEAMS, VEC,
  * ROWS, ELT (WAVES with a persistent grid).
  * Slots:
- *   {{to_f}} {{from_f}}  bodies converting T <-> float
- *   {{ld_h}} {{ld_w}}    access_ld.cuh with the h load and W load hints
+ *   {{to_f}} {{from_f}}  bodies converting T <-> float (../../kernels/convert.cuh)
+ *   {{ld_0}} {{ld_1}}    ../../kernels/access_ld.cuh with the h load and W load hints (load_vec_which.cuh)
  *   {{unroll}}           dot_span's #pragma unroll count
  *   {{steps}}            the step_*.cuh in the genome's order, one line apart
  *   {{red}}              the split-K shared declaration (SPLIT > 1), or nothing
@@ -14,27 +14,10 @@
  *   {{combine}}          a line break and combine_split.cuh (SPLIT > 1), or nothing
  */
 
-static __device__ __forceinline__ float to_f(T h) { {{to_f}} }
-static __device__ __forceinline__ T from_f(float f) { {{from_f}} }
+#include "../../kernels/convert.cuh"
 
 // V elements -> V floats through one load; WHICH 0 is h, 1 a row of W
-template <int V, int WHICH> static __device__ __forceinline__ void load_vec(const T *p, float *o) {
-    constexpr int BYTES = V * ELT;
-    unsigned w[BYTES >= 4 ? BYTES / 4 : 1];
-    if constexpr (WHICH == 0) {
-{{ld_h}}
-    } else {
-{{ld_w}}
-    }
-    if constexpr (BYTES == 2) o[0] = to_f((T)w[0]);
-    else {
-#pragma unroll
-        for (int i = 0; i < BYTES / 4; ++i) {
-            if constexpr (ELT == 4) o[i] = __uint_as_float(w[i]);
-            else { o[2 * i] = to_f((T)(w[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(w[i] >> 16)); }
-        }
-    }
-}
+#include "../../kernels/load_vec_which.cuh"
 
 // this lane's partial sums of ROWS dot products: elements start, start + stride, ... (V at a time)
 template <int V>

@@ -9,15 +9,14 @@
  * WARPS_N, THREADS, GROUP_M, MIN_BLOCKS, VEC, STAGES, COPY_ASYNC, SWIZZLE, LDA, LDB, CH, NCH_A,
  * NCH_B, A_STAGE, B_STAGE, WTM, WTN, USE_MMA, LM, LN, TM, TN, STRIDED.
  * Slots:
- *   {{to_f}} {{from_f}}  bodies converting T <-> float
+ *   {{to_f}} {{from_f}}  bodies converting T <-> float (../../kernels/convert.cuh)
  *   {{cp_cache}}         cp.async cache level: cg (16-byte copies, L2 only) or ca
  *   {{elt}}              bytes of T (picks the width of a synchronous vector copy)
  *   {{mma}} {{ffma}}     the math paths: mma.cuh and ffma.cuh, filled (USE_MMA picks one)
  *   {{body}}             the main loop's statements in the genome's order: step_*.cuh
  */
 
-static __device__ __forceinline__ float to_f(T h) { {{to_f}} }
-static __device__ __forceinline__ T from_f(float f) { {{from_f}} }
+#include "../../kernels/convert.cuh"
 
 // element (r, c) of a shared tile with leading dimension LD: padded rows or XOR-swizzled 16-byte chunks
 #if SWIZZLE

@@ -4,7 +4,7 @@
  * Rendered behind `typedef <scalar> T;` and the genome's #defines: THREADS, ROWS_PER_BLOCK,
  * SPLIT, PERSISTENT, RED, VEC, COLS_MAX, FULL_FIT, HAS_RES, ELT (WAVES with a persistent grid).
  * Slots:
- *   {{to_f}} {{from_f}}  bodies converting T <-> float
+ *   {{to_f}} {{from_f}}  bodies converting T <-> float (../../kernels/convert.cuh)
  *   {{ld}} {{st}}        the load / store cache hint ("", ".nc", ".cs")
  *   {{block_sums}}       the block reduction's body: reduce_shuffle / reduce_all_warps / reduce_smem.cuh
  *   {{row_sums}}         row_sums over the cluster (cluster_sum.cuh) or `#define row_sums block_sums`
@@ -14,8 +14,7 @@
  *   {{rows}}             the kernel body that picks the row group: row_group.cuh or cluster_row.cuh
  */
 
-static __device__ __forceinline__ float to_f(T h) { {{to_f}} }
-static __device__ __forceinline__ T from_f(float f) { {{from_f}} }
+#include "../../kernels/convert.cuh"
 
 // V elements of T <-> V floats through one 2/4/8/16-byte access with the genome's cache hints
 // (HINT = false for data this kernel wrote: a non-coherent load could return the stale line)

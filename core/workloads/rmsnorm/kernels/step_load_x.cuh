@@ -8,12 +8,7 @@
     // squares on the fly. Every load is issued before the first sum is stored: a store is ordered
     // after the loads before it, so one row (or vector) at a time would wait for memory each.
     float xs[ROWS_PER_BLOCK][ITEMS][V], rs[ROWS_PER_BLOCK][ITEMS][V];
-#pragma unroll
-    for (int r = 0; r < ROWS_PER_BLOCK; ++r) {
-        const long long ro = (long long)r * cols;
-#pragma unroll
-        for (int it = 0; it < ITEMS; ++it) {
-            const int c = (it * THREADS + threadIdx.x) * V;
+#include "for_row_item.cuh"  // for r (ro), for it (c): closed below
             if ((r == 0 || r < nrows) && (FULL || c < n)) {
                 load_vec<V>(x + ro + c, xs[r][it]);
                 if (HAS_RES) load_vec<V>(res + ro + c, rs[r][it]);
@@ -23,12 +18,7 @@
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < ROWS_PER_BLOCK; ++r) {
-        const long long ro = (long long)r * cols;
-#pragma unroll
-        for (int it = 0; it < ITEMS; ++it) {
-            const int c = (it * THREADS + threadIdx.x) * V;
+#include "for_row_item.cuh"  // for r (ro), for it (c): closed below
             if (HAS_RES) {
 #pragma unroll
                 for (int e = 0; e < V; ++e) xs[r][it][e] += rs[r][it][e];

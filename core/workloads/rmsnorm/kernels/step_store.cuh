@@ -5,12 +5,7 @@
  */
 
     // STORE: out = x * rstd * w
-#pragma unroll
-    for (int r = 0; r < ROWS_PER_BLOCK; ++r) {
-        const long long ro = (long long)r * cols;
-#pragma unroll
-        for (int it = 0; it < ITEMS; ++it) {
-            const int c = (it * THREADS + threadIdx.x) * V;
+#include "for_row_item.cuh"  // for r (ro), for it (c): closed below
             if ((r == 0 || r < nrows) && (FULL || c < n)) {
                 float xv[V], ov[V];
                 FETCH(r, it, c, xv);

@@ -4,8 +4,9 @@
  * Rendered behind `typedef <scalar> T;` and the genome's #defines: THREADS, VEC, ITEMS, ELT,
  * HALF_MAX, and TOKENS_PER_BLOCK (WAVES with a persistent grid) or HEADS_PER_BLOCK (head_split).
  * Slots:
- *   {{to_f}} {{from_f}}      bodies converting T <-> float
- *   {{ld_x}} {{ld_cs}} {{st}}  access_ld.cuh / access_st.cuh with the q/k load, cos/sin load and store hints
+ *   {{to_f}} {{from_f}}      bodies converting T <-> float (../../kernels/convert.cuh)
+ *   {{ld_0}} {{ld_1}} {{st}}   ../../kernels/access_ld.cuh (load_vec_which.cuh's) / access_st.cuh with the
+ *                          q/k load, cos/sin load and store hints
  *   {{cs_from}}            load_cs's body: cs_shared.cuh or cs_global.cuh
  *   {{stage}}              stage_shared.cuh (whole lines) or nothing
  *   {{unroll}}             the step loop's #pragma unroll count
@@ -14,37 +15,16 @@
  *   {{main}}               main_head_split.cuh or main_tokens.cuh, filled
  */
 
-static __device__ __forceinline__ float to_f(T h) { {{to_f}} }
-static __device__ __forceinline__ T from_f(float f) { {{from_f}} }
+#include "../../kernels/convert.cuh"
 
 // V elements -> V floats through one load; WHICH 0 is q/k (x hint), 1 the cos/sin cache (cs hint)
-template <int V, int WHICH> static __device__ __forceinline__ void load_vec(const T *p, float *o) {
-    constexpr int BYTES = V * ELT;
-    unsigned w[BYTES >= 4 ? BYTES / 4 : 1];
-    if constexpr (WHICH == 0) {
-{{ld_x}}
-    } else {
-{{ld_cs}}
-    }
-    if constexpr (BYTES == 2) o[0] = to_f((T)w[0]);
-    else {
-#pragma unroll
-        for (int i = 0; i < BYTES / 4; ++i) {
-            if constexpr (ELT == 4) o[i] = __uint_as_float(w[i]);
-            else { o[2 * i] = to_f((T)(w[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(w[i] >> 16)); }
-        }
-    }
-}
+#include "../../kernels/load_vec_which.cuh"
 template <int V> static __device__ __forceinline__ void store_vec(T *p, const float *v) {
     constexpr int BYTES = V * ELT;
     unsigned w[BYTES >= 4 ? BYTES / 4 : 1];
     if constexpr (BYTES == 2) w[0] = (unsigned short)from_f(v[0]);
     else {
-#pragma unroll
-        for (int i = 0; i < BYTES / 4; ++i) {
-            if constexpr (ELT == 4) w[i] = __float_as_uint(v[i]);
-            else w[i] = (unsigned)(unsigned short)from_f(v[2 * i]) | ((unsigned)(unsigned short)from_f(v[2 * i + 1]) << 16);
-        }
+#include "../../kernels/floats_to_words.cuh"
     }
 {{st}}
 }

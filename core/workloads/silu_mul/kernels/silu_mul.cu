@@ -4,7 +4,7 @@
  * Rendered behind `typedef <scalar> T;` and the genome's #defines: THREADS, VEC, STORE_VEC, ITEMS,
  * ELT, ROWS_PER_BLOCK (row groups) and WAVES (grids sized per SM).
  * Slots:
- *   {{to_f}} {{from_f}}  bodies converting T <-> float
+ *   {{to_f}} {{from_f}}  bodies converting T <-> float (../../kernels/convert.cuh)
  *   {{exp}} {{div}}      silu's exponential (expf, __expf) and division (g / d, __fdividef, rcp)
  *   {{ld}} {{st}}        the load / store cache hint
  *   {{unroll}}           the step loop's #pragma unroll count
@@ -12,8 +12,7 @@
  *   {{main}}             the kernel body: main_flat.cuh or main_rows.cuh, filled
  */
 
-static __device__ __forceinline__ float to_f(T h) { {{to_f}} }
-static __device__ __forceinline__ T from_f(float f) { {{from_f}} }
+#include "../../kernels/convert.cuh"
 static __device__ __forceinline__ float silu(float g) { const float d = 1.0f + {{exp}}(-g); return {{div}}; }
 static __device__ __forceinline__ bool aligned(const void *a, const void *b, const void *c) {
     return (((unsigned long long)a | (unsigned long long)b | (unsigned long long)c) % (VEC * ELT)) == 0;
@@ -31,11 +30,7 @@ template <int V> static __device__ __forceinline__ void load_vec(const T *p, flo
         if constexpr (BYTES == 16) asm volatile("ld.global{{ld}}.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
         else if constexpr (BYTES == 8) asm volatile("ld.global{{ld}}.v2.u32 {%0,%1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
         else asm volatile("ld.global{{ld}}.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
-#pragma unroll
-        for (int i = 0; i < BYTES / 4; ++i) {
-            if constexpr (ELT == 4) o[i] = __uint_as_float(w[i]);
-            else { o[2 * i] = to_f((T)(w[i] & 0xffffu)); o[2 * i + 1] = to_f((T)(w[i] >> 16)); }
-        }
+#include "../../kernels/words_to_floats.cuh"
     }
 }
 // V floats -> V elements of T through one store with the genome's cache hint
@@ -46,11 +41,7 @@ template <int V> static __device__ __forceinline__ void store_vec(T *p, const fl
         asm volatile("st.global{{st}}.u16 [%0], %1;" :: "l"(p), "h"(h) : "memory");
     } else {
         unsigned w[BYTES / 4];
-#pragma unroll
-        for (int i = 0; i < BYTES / 4; ++i) {
-            if constexpr (ELT == 4) w[i] = __float_as_uint(v[i]);
-            else w[i] = (unsigned)(unsigned short)from_f(v[2 * i]) | ((unsigned)(unsigned short)from_f(v[2 * i + 1]) << 16);
-        }
+#include "../../kernels/floats_to_words.cuh"
         if constexpr (BYTES == 16) asm volatile("st.global{{st}}.v4.u32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
         else if constexpr (BYTES == 8) asm volatile("st.global{{st}}.v2.u32 [%0], {%1,%2};" :: "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
         else asm volatile("st.global{{st}}.u32 [%0], %1;" :: "l"(p), "r"(w[0]) : "memory");

@@ -2,7 +2,7 @@
  * KSPLIT K lanes, each column thread VEC columns, B words in flight a thread, float32 FMAs; the K
  * lanes add up by shuffles, then through shared memory, in a fixed order.
  * Slots: title ("RMSNorm + " or nothing), dtype, zero_points, y_of, T, the shape (threads, ksplit,
- * mt, vec, b, elt), layout (WORD / SCALE defines), to_f / from_f (conversion bodies), load_words
+ * mt, vec, b, elt), layout (WORD / SCALE defines), to_f / from_f (conversion bodies, ../../kernels/convert.cuh), load_words
  * (the word loads with their cache hint), load_raw8 (x loads), prescale (mask dequantisation),
  * norm_prologue (cuda_norm.py's block_inv), ssq_param / ssq_decl / ssq_arg / ssq_arg1 (the stream
  * norm's sums of squares), first_loads / batch_loads / copy_batch (the word batches, double
@@ -21,8 +21,7 @@ typedef {{T}} T;
 #define B {{b}}
 #define ELT {{elt}}
 {{layout}}
-static __device__ __forceinline__ float to_f(T h) { {{to_f}} }
-static __device__ __forceinline__ T from_f(float f) { {{from_f}} }
+#include "../../kernels/convert.cuh"
 
 // fp16x2 helpers of the half2 dequantisation: (hi, lo) packing, (a & b) | c, a - b, a * b + c, lo + hi
 static __device__ __forceinline__ unsigned pack_h2(float lo, float hi) {

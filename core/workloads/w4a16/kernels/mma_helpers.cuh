@@ -1,10 +1,9 @@
 /* The device functions of both tensor-core W4A16 kernels (mma.cu, mma_w.cu; their {{helpers}}):
  * 16-bit conversions, the pair arithmetic, mma, the x loads, cp.async and the lop3 dequantisation
- * dq. Slots: to_f / from_f (conversion bodies), cvt2 (the float pair conversion), mma_t (bf16 or
+ * dq. Slots: to_f / from_f (conversion bodies, ../../kernels/convert.cuh), cvt2 (the float pair conversion), mma_t (bf16 or
  * f16), one (the pair (1, 1)), x_ld (the x load with its cache hint), magic (lop3's exponent).
  */
-static __device__ __forceinline__ float to_f(T h) { {{to_f}} }
-static __device__ __forceinline__ T from_f(float f) { {{from_f}} }
+#include "../../kernels/convert.cuh"
 static __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     unsigned r; asm("{{cvt2}} %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
 static __device__ __forceinline__ unsigned lop3_and_or(unsigned a, unsigned b, unsigned c) {

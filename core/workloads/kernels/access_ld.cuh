@@ -1,5 +1,6 @@
-/* RoPE: the PTX of one 2/4/8/16-byte global load of BYTES bytes at p into the words w[]
- * (rope.cu's {{ld_x}} and {{ld_cs}}). Slot {{hint}}: the cache hint ("", ".cs", ".nc", ...).
+/* The PTX of one 2/4/8/16-byte global load of BYTES bytes at p into the words w[] (a 2-byte load
+ * into w[0]): load_vec_which.cuh's {{ld_0}} and {{ld_1}}, filled by the renderer (gather_gemv,
+ * rope). Slot {{hint}}: the cache hint ("", ".nc", ".cs", ".L1::no_allocate", ...).
  */
 
         if constexpr (BYTES == 2) { unsigned short h; asm volatile("ld.global{{hint}}.u16 %0, [%1];" : "=h"(h) : "l"(p)); w[0] = h; }
