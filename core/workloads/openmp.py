@@ -21,6 +21,30 @@ def row_parallel_genes(cores: int) -> tuple[ChoiceGene, ...]:
     )
 
 
+def split_parallel_genes(cores: int, splits: tuple[str, ...], split: str,
+                         chunks: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> tuple[ChoiceGene, ...]:
+    """parallel_config of a kernel whose parallel loop runs over one of ``splits`` (``split`` says
+    what each means): OpenMP threads, schedule, chunk and the split."""
+    return (
+        ChoiceGene("threads", thread_options(cores), "OpenMP threads (1 = no parallel region)"),
+        ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the parallel loop"),
+        ChoiceGene("chunk", chunks, "iterations handed to a thread at a time"),
+        ChoiceGene("split", splits, split),
+    )
+
+
+def pointer_hints_gene(pointers: str = "") -> ChoiceGene:
+    """Whether the kernel's (``pointers``, e.g. "row ") pointers are ``restrict``-qualified."""
+    return ChoiceGene("pointer_hints", ("none", "restrict"), f"restrict-qualified {pointers}pointers")
+
+
+def compiler_hints(prefetch: str) -> tuple[str, ...]:
+    """A GeneSpace's ``hints`` for a C template: ``restrict`` and the place of the ``prefetch``
+    stage among independent statements, which gcc may have no use for in a given loop (that
+    depends on gcc and the CPU)."""
+    return ("memory_pattern.pointer_hints", f"instruction_sequence.stages:{prefetch}")
+
+
 def vector_genes() -> tuple[ChoiceGene, ...]:
     """How a loop vectorises: GCC vector types or ``#pragma omp simd``, and its width in floats."""
     return (

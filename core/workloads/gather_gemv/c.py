@@ -16,13 +16,14 @@ right for any hidden size. The genome picks:
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.openmp import one_thread, scalar_width, thread_options, vector_genes, vector_kind
-from core.workloads.template import Template
+from core.genome import GeneSpace, Genome, MapGene, SequenceGene
+from core.workloads.c_kernel import (CConfig, CTemplate, Lanes, float_vectors, main_loop, over_token_groups,
+                                     parallel_for, prelude, tail_loop, vector_type)
+from core.workloads.openmp import (compiler_hints, one_thread, pointer_hints_gene, scalar_width,
+                                   split_parallel_genes, vector_genes, vector_kind)
 
 ENTRY = "abebot_gather_gemv"
 ARGTYPES = ("ptr", "ptr", "ptr", "ptr", "int", "int", "int", "int")  # h, W, ids, logits, tokens, cands, vocab, hidden
@@ -31,35 +32,23 @@ BEFORE = (("LOAD_H", "FMA"), ("LOAD_W", "FMA"))
 PF_DIST = 256  # floats ahead (1 KiB)
 
 
-class CGatherGemvTemplate(Template):
+class CGatherGemvTemplate(CTemplate):
     """The C template of :class:`~core.workloads.gather_gemv.GatherGemvWorkload`."""
 
-    backend = "c"
-
     def gene_space(self) -> GeneSpace:
-        cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
-        parallel = (
-            ChoiceGene("threads", thread_options(cores), "OpenMP threads (1 = no parallel region)"),
-            ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the parallel loop"),
-            ChoiceGene("chunk", (1, 2, 4, 8, 16, 32), "iterations handed to a thread at a time"),
-            ChoiceGene("split", ("tokens", "row_groups"), "the parallel loop runs over tokens or (token, row group) pairs"),
-        )
-        memory = (*vector_genes(), ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified pointers"))
+        parallel = split_parallel_genes(self.cores, ("tokens", "row_groups"),
+                                        "the parallel loop runs over tokens or (token, row group) pairs")
+        memory = (*vector_genes(), pointer_hints_gene())
         registers = (MapGene("register_map", (("rows", (1, 2, 4)), ("accumulators", (1, 2, 4)), ("acc_type", ("float", "double"))),
                              "gathered rows per pass (sharing h), partial sums per row, accumulator precision"),)
         sequence = (SequenceGene("stages", STAGES, ("PREFETCH",), BEFORE, "per-slot steps of the main loop"),)
         return GeneSpace(groups={"parallel_config": parallel, "memory_pattern": memory,
                                  "register_allocation": registers, "instruction_sequence": sequence},
-                         seeds=seed_genomes(cores), canonicalisers=CANONICALISERS,
-                         # restrict and a prefetch's place among independent statements: gcc may have
-                         # no use for them in a given loop
-                         hints=("memory_pattern.pointer_hints", "instruction_sequence.stages:PREFETCH"))
+                         seeds=seed_genomes(self.cores), canonicalisers=CANONICALISERS, hints=compiler_hints("PREFETCH"))
 
     def render(self, genome: Genome) -> KernelSource:
         cfg = GatherConfig.from_genome(genome)
-        return KernelSource(backend="c", source=render_source(cfg), entry=ENTRY, flags=("-std=gnu11",),
-                            launch={"argtypes": ARGTYPES, "threads": cfg.threads, "vector_width": cfg.vw},
-                            resources={"workspace_bytes": 0, "threads": cfg.threads})
+        return self.c_kernel(render_source(cfg), ENTRY, ARGTYPES, cfg.threads, vector_width=cfg.vw)
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         return kernel.bind(t["h"], t["W"], t["ids"], t["logits"], shape["tokens"], shape["cands"], shape["vocab"],
@@ -88,11 +77,8 @@ def seed_genomes(cores: int) -> tuple[dict, ...]:
     return (naive, fast)
 
 
-class GatherConfig:
+class GatherConfig(CConfig):
     """The genome's values for rendering."""
-
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
 
     @classmethod
     def from_genome(cls, g: Genome) -> "GatherConfig":
@@ -112,45 +98,32 @@ def render_source(c: GatherConfig) -> str:
 
 
 def _prelude(c: GatherConfig) -> str:
-    acct = "double" if c.double else "float"
-    out = ("/* AbeBot gathered GEMV, C backend: logits[t, j] = h[t] . W[ids[t, j]], float32. */\n"
-           "#include <stddef.h>\n#include <omp.h>\n"
-           f"#define VW {c.vw}\n#define NACC {c.acc}\n#define ROWS {c.rows}\n#define ACCT {acct}\n#define PF_DIST {PF_DIST}\n"
-           f"#define RESTRICT {'restrict' if c.restrict else ''}\n")
+    out = prelude("AbeBot gathered GEMV, C backend: logits[t, j] = h[t] . W[ids[t, j]], float32.", ("stddef.h", "omp.h"),
+                  {"VW": c.vw, "NACC": c.acc, "ROWS": c.rows, "ACCT": "double" if c.double else "float",
+                   "PF_DIST": PF_DIST, "RESTRICT": "restrict" if c.restrict else ""})
     if c.kind == "vector":
-        out += (f"typedef float vf __attribute__((vector_size({4 * c.vw}), may_alias));\n"
-                f"typedef float vfu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n"
-                f"typedef double vd __attribute__((vector_size({8 * c.vw})));\n")
+        out += float_vectors(c.vw) + vector_type("vd", "double", c.vw)
     return out
 
 
 def _body(c: GatherConfig, n: int, slots: int, scalar: bool) -> str:
     """The stages in genome order, each for every slot (and row), token-major."""
-    vec = c.kind == "vector" and not scalar
-    simd = c.kind == "simd" and not scalar
-    vt, ind = ("vf" if vec else "float"), ("      " if simd else "    ")
-    width = 1 if scalar or c.kind == "scalar" else c.vw
-
-    def idx(s: int) -> str:
-        base = f"j + {s * width}" if s else "j"
-        return f"{base} + l" if simd else base
-
-    def load(ptr: str, s: int) -> str:
-        return f"*(const vfu *)({ptr} + {idx(s)})" if vec else f"{ptr}[{idx(s)}]"
+    lanes = Lanes("scalar" if scalar else c.kind, c.vw)
+    vec, vt = lanes.vtype == "vf", lanes.vtype
 
     def acc(r: int, s: int) -> str:
         if scalar:
             return f"t{r}"
-        return f"acc{r}_{s}[l]" if simd else f"acc{r}_{s}"
+        return f"acc{r}_{s}[l]" if lanes.kind == "simd" else f"acc{r}_{s}"
 
     lines = []
     for tok in c.stages:
         for s in range(slots):
             if tok == "LOAD_H":
-                lines.append(f"const {vt} h{s} = {load('hr', s)};")
+                lines.append(f"const {vt} h{s} = {lanes.load('hr', s)};")
             for r in range(n):
                 if tok == "LOAD_W":
-                    lines.append(f"const {vt} w{r}_{s} = {load(f'w{r}', s)};")
+                    lines.append(f"const {vt} w{r}_{s} = {lanes.load(f'w{r}', s)};")
                 elif tok == "FMA" and c.double and vec:
                     lines.append(f"{acc(r, s)} += __builtin_convertvector(h{s}, vd) * __builtin_convertvector(w{r}_{s}, vd);")
                 elif tok == "FMA" and c.double:
@@ -158,8 +131,8 @@ def _body(c: GatherConfig, n: int, slots: int, scalar: bool) -> str:
                 elif tok == "FMA":
                     lines.append(f"{acc(r, s)} += h{s} * w{r}_{s};")
                 elif tok == "PREFETCH" and not scalar:
-                    lines.append(f"__builtin_prefetch(w{r} + {idx(s)} + PF_DIST, 0, 0);")
-    return "".join(f"{ind}{ln}\n" for ln in lines)
+                    lines.append(f"__builtin_prefetch(w{r} + {lanes.idx(s)} + PF_DIST, 0, 0);")
+    return lanes.lines(lines)
 
 
 def _dot(c: GatherConfig, n: int) -> str:
@@ -176,12 +149,7 @@ def _dot(c: GatherConfig, n: int) -> str:
         out += "".join(f"  ACCT acc{i}_{s} = 0;\n" for i in range(n) for s in range(c.acc))
     out += "".join(f"  ACCT t{i} = 0;\n" for i in range(n))
     step = c.acc * (1 if c.kind == "scalar" else c.vw)
-    out += f"  for (; j + {step} <= K; j += {step}) {{\n"
-    if c.kind == "simd":
-        out += "#pragma omp simd simdlen(VW)\n    for (int l = 0; l < VW; ++l) {\n" + _body(c, n, c.acc, False) + "    }\n"
-    else:
-        out += _body(c, n, c.acc, False)
-    out += "  }\n  for (; j < K; ++j) {\n" + _body(c, n, 1, True) + "  }\n"
+    out += main_loop(Lanes(c.kind, c.vw), step, "K", _body(c, n, c.acc, False)) + tail_loop("K", _body(c, n, 1, True))
     for i in range(n):
         for s in range(c.acc):
             out += (f"  for (int l = 0; l < VW; ++l) t{i} += acc{i}_{s}[l];\n" if c.kind != "scalar"
@@ -204,14 +172,9 @@ def _group(c: GatherConfig) -> str:
 
 
 def _entry(c: GatherConfig) -> str:
-    out = ("void abebot_gather_gemv(const float *h, const float *W, const int *ids, float *logits, int tokens,\n"
-           "                        int cands, int vocab, int hidden) {\n"
-           "  (void)vocab;\n  if (tokens <= 0 || cands <= 0) return;\n"
-           "  const int G = (cands + ROWS - 1) / ROWS;\n")
-    pragma = (f"  #pragma omp parallel for num_threads({c.threads}) schedule({c.schedule}, {c.chunk})\n"
-              if c.threads > 1 else "")
-    if c.split == "tokens":
-        return out + pragma + ("  for (int t = 0; t < tokens; ++t)\n    for (int g = 0; g < G; ++g)\n"
-                               "      group(h, W, ids, logits, t, g, cands, hidden);\n}\n")
-    return out + pragma + ("  for (long w = 0; w < (long)tokens * G; ++w)\n"
-                           "    group(h, W, ids, logits, (int)(w / G), (int)(w % G), cands, hidden);\n}\n")
+    return ("void abebot_gather_gemv(const float *h, const float *W, const int *ids, float *logits, int tokens,\n"
+            "                        int cands, int vocab, int hidden) {\n"
+            "  (void)vocab;\n  if (tokens <= 0 || cands <= 0) return;\n"
+            "  const int G = (cands + ROWS - 1) / ROWS;\n"
+            + parallel_for(c.threads, c.schedule, c.chunk)
+            + over_token_groups(c.split, "group(h, W, ids, logits, {t}, {g}, cands, hidden);"))

@@ -17,29 +17,23 @@ zero-padded panels and only their valid part is written.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
-
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.openmp import one_thread, thread_options
-from core.workloads.template import Template
+from core.workloads.c_kernel import CTemplate
+from core.workloads.openmp import one_thread, thread_options, vector_genes
 from core.workloads.gemm.c_source import BLOCKING, LOOPS, MAX_ACC_VECTORS, PREFETCHES, GemmConfig, render_source
 
 ENTRY = "abebot_gemm"
 ARGTYPES = ("ptr", "ptr", "ptr", "int", "int", "int")  # the entry point's C signature, for ctypes
-def _cores(device) -> int:
-    return max(1, int(getattr(device, "multiprocessors", 0) or os.cpu_count() or 1))
 
 
-class CGemmTemplate(Template):
+class CGemmTemplate(CTemplate):
     """The C template of :class:`~core.workloads.gemm.GemmWorkload`."""
 
-    backend = "c"
-
     def gene_space(self) -> GeneSpace:
-        cores = _cores(self.device)
+        cores = self.cores
         parallel = (
             ChoiceGene("threads", thread_options(cores), "OpenMP threads (1 = no parallel region)"),
             ChoiceGene("schedule", ("static", "dynamic"), "OpenMP schedule of the work-shared loop"),
@@ -51,8 +45,7 @@ class CGemmTemplate(Template):
         memory = (
             ChoiceGene("pack_a", ("none", "panels"), "copy A blocks into contiguous MR-row panels"),
             ChoiceGene("pack_b", ("none", "panels"), "copy B blocks into contiguous NR-column panels"),
-            ChoiceGene("vectorize", ("vector_ext", "omp_simd"), "GCC vector types or #pragma omp simd loops"),
-            ChoiceGene("vector_width", (1, 4, 8, 16), "floats per vector (1 = scalar)"),
+            *vector_genes(),
             ChoiceGene("pointer_hints", ("none", "restrict", "restrict_aligned"), "restrict / assume_aligned on the micro-kernel's operands"),
         )
         registers = (
@@ -86,11 +79,9 @@ class CGemmTemplate(Template):
     def render(self, genome: Genome) -> KernelSource:
         cfg = GemmConfig.from_genome(genome)
         shape = {k: self.problem[k] for k in ("m", "n", "k")}
-        return KernelSource(
-            backend="c", source=render_source(cfg), entry=ENTRY, flags=("-std=gnu11",),
-            launch={"argtypes": ARGTYPES, "mr": cfg.mr, "nr": cfg.nr, "mc": cfg.mc, "nc": cfg.nc, "kc": cfg.kc, "threads": cfg.threads},
-            resources={"workspace_bytes": cfg.workspace_bytes(shape["m"], shape["n"], shape["k"]), "threads": cfg.threads},
-        )
+        return self.c_kernel(render_source(cfg), ENTRY, ARGTYPES, cfg.threads,
+                             cfg.workspace_bytes(shape["m"], shape["n"], shape["k"]),
+                             mr=cfg.mr, nr=cfg.nr, mc=cfg.mc, nc=cfg.nc, kc=cfg.kc)
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         return kernel.bind(t["a"], t["b"], t["c"], shape["m"], shape["n"], shape["k"])

@@ -6,9 +6,10 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 from core.genome import Genome
+from core.workloads.c_kernel import CConfig, float_vectors, prelude
 
 LOOPS = ("JC", "KC", "IC", "JR", "IR")
 BLOCKING = ("JC", "KC", "IC")
@@ -25,11 +26,8 @@ _LOOP = {
 }
 
 
-class GemmConfig:
+class GemmConfig(CConfig):
     """The genome's values, with block sizes rounded to whole micro-tiles."""
-
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
 
     @classmethod
     def from_genome(cls, g: Genome) -> "GemmConfig":
@@ -90,18 +88,11 @@ def render_source(c: GemmConfig) -> str:
 
 
 def _prelude(c: GemmConfig) -> str:
-    vec = ""
-    if c.vectorize == "vector_ext" and c.vw > 1:
-        vec = (f"typedef float vf __attribute__((vector_size({4 * c.vw}), may_alias));\n"
-               f"typedef float vfu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n")
-    return (
-        "/* AbeBot GEMM, C backend: C[M,N] = A[M,K] @ B[K,N], row-major float32. */\n"
-        "#include <stddef.h>\n#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n"
-        f"#define MR {c.mr}\n#define NR {c.nr}\n#define VW {c.vw}\n"
-        f"#define MC_ {c.mc}\n#define NC_ {c.nc}\n#define KC_ {c.kc}\n"
-        "#define MIN(a, b) ((a) < (b) ? (a) : (b))\n"
-        f"#define RESTRICT {'restrict' if c.restrict else ''}\n" + vec
-    )
+    out = prelude("AbeBot GEMM, C backend: C[M,N] = A[M,K] @ B[K,N], row-major float32.",
+                  ("stddef.h", "stdlib.h", "string.h", "omp.h"),
+                  {"MR": c.mr, "NR": c.nr, "VW": c.vw, "MC_": c.mc, "NC_": c.nc, "KC_": c.kc,
+                   "MIN(a, b)": "((a) < (b) ? (a) : (b))", "RESTRICT": "restrict" if c.restrict else ""})
+    return out + (float_vectors(c.vw) if c.vectorize == "vector_ext" and c.vw > 1 else "")
 
 
 def _a_expr(packed: bool, i: int | str, k: str) -> str:
@@ -247,7 +238,7 @@ def _entry(c: GemmConfig) -> str:
            f"  const int T = {threads};\n  (void)szA; (void)szB;\n")
     nA = "T" if c.private("A") else "1"
     nB = "T" if c.private("B") else "1"
-    bufs = [("E", f"szE * T")]
+    bufs = [("E", "szE * T")]
     if c.pack_a:
         bufs.append(("Ap_all", f"szA * {nA}"))
     if c.pack_b:
@@ -259,7 +250,7 @@ def _entry(c: GemmConfig) -> str:
     out += "  if (" + " || ".join(f"!{n}" for n, _ in bufs) + ") { " + " ".join(f"free({n});" for n, _ in bufs) + " return; }\n"
     out += "  if (K <= 0) {\n    for (size_t i = 0; i < (size_t)M * N; ++i) C[i] = 0.f;\n    " + " ".join(f"free({n});" for n, _ in bufs) + " return;\n  }\n"
     if threads > 1:
-        out += f"  #pragma omp parallel num_threads(T)\n  {{\n  const int tid = omp_get_thread_num();\n"
+        out += "  #pragma omp parallel num_threads(T)\n  {\n  const int tid = omp_get_thread_num();\n"
     else:
         out += "  {\n  const int tid = 0;\n"
     out += ("  float *ea = E + szE * tid, *eb = ea + ((KC_ * MR + 15) & ~15), *ct = eb + ((KC_ * NR + 15) & ~15);\n")

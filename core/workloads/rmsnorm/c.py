@@ -16,14 +16,14 @@ the weight and stores. The genome picks:
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
-
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.openmp import one_thread, row_parallel_genes, scalar_width, vector_genes
-from core.workloads.template import Template
+from core.workloads.c_kernel import (CConfig, CTemplate, Lanes, align_head, float_vectors, main_loop, prelude,
+                                     streaming, tail_loop, vector_type)
+from core.workloads.openmp import (compiler_hints, one_thread, pointer_hints_gene, row_parallel_genes, scalar_width,
+                                   vector_genes, vector_kind)
 
 ENTRY = "abebot_rmsnorm"
 ARGTYPES = ("ptr", "ptr", "ptr", "ptr", "int", "int", "float")  # the entry point's C signature, for ctypes
@@ -32,20 +32,16 @@ BEFORE = (("LOAD", "SQUARE_ACC"), ("SQUARE_ACC", "REDUCE"), ("REDUCE", "SCALE"),
           ("LOAD", "WEIGHT"), ("WEIGHT", "STORE"))
 
 
-class CRmsNormTemplate(Template):
+class CRmsNormTemplate(CTemplate):
     """The C template of :class:`~core.workloads.rmsnorm.RmsNormWorkload`."""
 
-    backend = "c"
-
     def gene_space(self) -> GeneSpace:
-
-        cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
-        parallel = row_parallel_genes(cores)
+        parallel = row_parallel_genes(self.cores)
         memory = (
             *vector_genes(),
             ChoiceGene("row_reuse", ("reload", "row_buffer"), "pass 2 re-reads its input, or a per-thread row copy made in pass 1"),
             ChoiceGene("store", ("normal", "streaming"), "final stores through the cache or non-temporal"),
-            ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified row pointers"),
+            pointer_hints_gene("row "),
         )
         registers = (
             MapGene("register_map", (
@@ -60,18 +56,14 @@ class CRmsNormTemplate(Template):
                                  "per-row stages; those before REDUCE form pass 1, the rest pass 2"),)
         return GeneSpace(groups={"parallel_config": parallel, "memory_pattern": memory,
                                  "register_allocation": registers, "instruction_sequence": sequence},
-                         seeds=seed_genomes(cores), canonicalisers=CANONICALISERS,
-                         # restrict, and the place of the prefetch among independent statements: gcc
-                         # may have no use for them in a given loop (that depends on gcc and the CPU)
-                         hints=("memory_pattern.pointer_hints", "instruction_sequence.stages:PREFETCH_NEXT_ROW"))
+                         seeds=seed_genomes(self.cores), canonicalisers=CANONICALISERS,
+                         hints=compiler_hints("PREFETCH_NEXT_ROW"))
 
     def render(self, genome: Genome) -> KernelSource:
         cfg = RmsConfig.from_genome(genome, residual=bool(self.problem.get("residual")))
-        return KernelSource(
-            backend="c", source=render_source(cfg), entry=ENTRY, flags=("-std=gnu11",),
-            launch={"argtypes": ARGTYPES, "threads": cfg.threads, "vector_width": cfg.vw, "residual": cfg.residual},
-            resources={"workspace_bytes": cfg.workspace_bytes(self.problem["cols"]), "threads": cfg.threads},
-        )
+        return self.c_kernel(render_source(cfg), ENTRY, ARGTYPES, cfg.threads,
+                             workspace_bytes=cfg.workspace_bytes(self.problem["cols"]), vector_width=cfg.vw,
+                             residual=cfg.residual)
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         return kernel.bind(t["x"], t["w"], t.get("residual"), t["out"], shape["rows"], shape["cols"],
@@ -103,11 +95,8 @@ def seed_genomes(cores: int) -> tuple[dict, ...]:
     return (naive, fast)
 
 
-class RmsConfig:
+class RmsConfig(CConfig):
     """The genome's values for rendering."""
-
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
 
     @classmethod
     def from_genome(cls, g: Genome, residual: bool) -> "RmsConfig":
@@ -134,33 +123,12 @@ def _round_up(x: int, m: int) -> int:
 
 # ---- rendering -----------------------------------------------------------------------------------
 
-class _Lanes:
-    """How one slot of a loop body reads, writes and accumulates: a GCC vector, an omp-simd lane or a scalar."""
+class _Lanes(Lanes):
+    """:class:`~core.workloads.c_kernel.Lanes` with the sum of squares' accumulators."""
 
     def __init__(self, cfg: RmsConfig, kind: str):
-        self.cfg, self.kind = cfg, kind  # kind: "vector", "simd" or "scalar"
-        self.width = cfg.vw if kind != "scalar" else 1
-        self.vtype = "vf" if kind == "vector" and cfg.vw > 1 else "float"
-
-    def idx(self, slot: int) -> str:
-        base = f"j + {slot * self.width}" if slot else "j"
-        return f"{base} + l" if self.kind == "simd" else base
-
-    def load(self, ptr: str, slot: int) -> str:
-        if self.vtype == "vf":
-            return f"*(const vfu *)({ptr} + {self.idx(slot)})"
-        return f"{ptr}[{self.idx(slot)}]"
-
-    def store(self, ptr: str, slot: int, value: str) -> str:
-        if self.vtype == "vf":
-            return f"*(vfu *)({ptr} + {self.idx(slot)}) = {value};"
-        return f"{ptr}[{self.idx(slot)}] = {value};"
-
-    def stream(self, ptr: str, slot: int, value: str) -> str:
-        """A non-temporal store; the address is aligned to the vector size by the peeled head loop."""
-        if self.vtype == "vf":
-            return f"STREAM({ptr} + {self.idx(slot)}, {value});"
-        return self.store(ptr, slot, value)  # omp simd: the loop's nontemporal clause asks for it
+        super().__init__(kind, cfg.vw)
+        self.cfg = cfg
 
     def acc(self, slot: int) -> str:
         if self.kind == "scalar":
@@ -181,34 +149,19 @@ def render_source(c: RmsConfig) -> str:
 
 
 def _prelude(c: RmsConfig) -> str:
-    acct = "double" if c.acc_double else "float"
-    out = ("/* AbeBot RMSNorm, C backend: out = x / sqrt(mean(x^2) + eps) * w per row, float32. */\n"
-           "#include <math.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <omp.h>\n"
-           f"#define VW {c.vw}\n#define NACC {c.acc}\n#define UNROLL {c.unroll}\n#define ACCT {acct}\n"
-           f"#define RESTRICT {'restrict' if c.restrict else ''}\n")
-    if c.vectorize == "vector_ext" and c.vw > 1:
-        out += (f"typedef float vf __attribute__((vector_size({4 * c.vw}), may_alias));\n"
-                f"typedef float vfu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n"
-                f"typedef double vd __attribute__((vector_size({8 * c.vw})));\n")
-        if c.streaming:
-            out += _stream_macro(c.vw)
-    if c.streaming:
-        out += ("#if defined(__SSE2__)\n#include <immintrin.h>\n#define FENCE() _mm_sfence()\n"
-                "#else\n#define FENCE() ((void)0)\n#endif\n")
-    return out
-
-
-def _stream_macro(vw: int) -> str:
-    intrinsic = {4: ("__SSE__", "_mm_stream_ps", "__m128"), 8: ("__AVX__", "_mm256_stream_ps", "__m256"),
-                 16: ("__AVX512F__", "_mm512_stream_ps", "__m512")}[vw]
-    guard, fn, typ = intrinsic
-    return (f"#if defined({guard})\n#include <immintrin.h>\n#define STREAM(p, v) {fn}((p), ({typ})(v))\n"
-            "#else\n#define STREAM(p, v) (*(vfu *)(p) = (v))\n#endif\n")
+    out = prelude("AbeBot RMSNorm, C backend: out = x / sqrt(mean(x^2) + eps) * w per row, float32.",
+                  ("math.h", "stddef.h", "stdint.h", "stdlib.h", "omp.h"),
+                  {"VW": c.vw, "NACC": c.acc, "UNROLL": c.unroll, "ACCT": "double" if c.acc_double else "float",
+                   "RESTRICT": "restrict" if c.restrict else ""})
+    vector = c.vectorize == "vector_ext" and c.vw > 1
+    if vector:
+        out += float_vectors(c.vw) + vector_type("vd", "double", c.vw)
+    return out + (streaming(c.vw, vector) if c.streaming else "")
 
 
 def _row_function(c: RmsConfig) -> str:
     """One row: pass 1, REDUCE, pass 2, each a main loop over slots plus a scalar tail."""
-    kind = "vector" if c.vectorize == "vector_ext" and c.vw > 1 else ("simd" if c.vw > 1 else "scalar")
+    kind = vector_kind({"vectorize": c.vectorize, "vector_width": c.vw})
     main, tail = _Lanes(c, kind), _Lanes(c, "scalar")
     r = "RESTRICT"
     out = (f"static void row(const float *{r} xr, const float *{r} w, float *{r} rr, float *{r} orow, float *{r} buf,\n"
@@ -216,17 +169,15 @@ def _row_function(c: RmsConfig) -> str:
            "  (void)rr; (void)buf; (void)xn; (void)rn;\n  int j = 0;\n  ACCT st = 0;\n")
     out += _acc_decl(c, main)
     step1 = c.vw * c.acc if kind != "scalar" else c.acc
-    out += _loop(main, step1, c.acc, _pass1(c, main, c.acc)) + _loop(tail, 1, 1, _pass1(c, tail, 1), tail=True)
+    out += main_loop(main, step1, "cols", _pass1(c, main, c.acc)) + tail_loop("cols", _pass1(c, tail, 1))
     out += _reduce(c, main)
     step2 = (c.vw if kind != "scalar" else 1) * c.unroll
     body2 = _pass2(c, main, c.unroll, stream=c.streaming)
     out += "  j = 0;\n"
     if c.streaming and kind == "vector":
-        # Non-temporal vector stores need aligned addresses: scalar stores up to the boundary.
-        out += (f"  for (; j < cols && ((uintptr_t)(orow + j) & {4 * c.vw - 1}); ++j) {{\n"
-                + _pass2(c, tail, 1, stream=False) + "  }\n")
-    out += _loop(main, step2, c.unroll, body2, nontemporal=c.streaming)
-    out += _loop(tail, 1, 1, _pass2(c, tail, 1, stream=False), tail=True)
+        out += align_head("orow", "cols", c.vw, _pass2(c, tail, 1, stream=False))
+    out += main_loop(main, step2, "cols", body2, nontemporal="orow" if c.streaming else "")
+    out += tail_loop("cols", _pass2(c, tail, 1, stream=False))
     if c.streaming:
         out += "  FENCE();\n"
     return out + "}\n"
@@ -237,23 +188,12 @@ def _acc_decl(c: RmsConfig, lanes: _Lanes) -> str:
         t = "vd" if c.acc_double else "vf"
         return "".join(f"  {t} acc{a} = {{0}};\n" for a in range(c.acc))
     if lanes.kind == "simd":
-        return f"  ACCT acc[NACC][VW];\n  for (int a = 0; a < NACC; ++a) for (int l = 0; l < VW; ++l) acc[a][l] = 0;\n"
+        return "  ACCT acc[NACC][VW];\n  for (int a = 0; a < NACC; ++a) for (int l = 0; l < VW; ++l) acc[a][l] = 0;\n"
     return "".join(f"  ACCT acc{a} = 0;\n" for a in range(c.acc))
-
-
-def _loop(lanes: _Lanes, step: int, slots: int, body: str, tail: bool = False, nontemporal: bool = False) -> str:
-    if tail:
-        return f"  for (; j < cols; ++j) {{\n{body}  }}\n"
-    head = f"  for (; j + {step} <= cols; j += {step}) {{\n"
-    if lanes.kind == "simd":
-        nt = " nontemporal(orow)" if nontemporal else ""
-        return head + f"#pragma omp simd simdlen(VW){nt}\n    for (int l = 0; l < VW; ++l) {{\n{body}    }}\n  }}\n"
-    return head + body + "  }\n"
 
 
 def _pass1(c: RmsConfig, lanes: _Lanes, slots: int) -> str:
     """Token-major: each pass-1 stage for every slot, then the row store pass 2 will read."""
-    ind = "      " if lanes.kind == "simd" else "    "
     vt = lanes.vtype
     scalar_acc = lanes.kind == "scalar" and slots > 1  # scalar main loop: one accumulator per slot
     lines = []
@@ -276,7 +216,7 @@ def _pass1(c: RmsConfig, lanes: _Lanes, slots: int) -> str:
             lines.append(lanes.store("buf" if c.row_buffer else "orow", s, f"t{s}"))
         elif c.row_buffer:
             lines.append(lanes.store("buf", s, f"v{s}"))
-    return "".join(f"{ind}{ln}\n" for ln in lines)
+    return lanes.lines(lines)
 
 
 def _reduce(c: RmsConfig, lanes: _Lanes) -> str:
@@ -293,7 +233,6 @@ def _reduce(c: RmsConfig, lanes: _Lanes) -> str:
 
 def _pass2(c: RmsConfig, lanes: _Lanes, slots: int, stream: bool) -> str:
     """Load pass 2's input, then the stages after REDUCE in genome order."""
-    ind = "      " if lanes.kind == "simd" else "    "
     if c.row_buffer:
         src = "buf"
     elif c.weight_in_pass1:
@@ -312,7 +251,7 @@ def _pass2(c: RmsConfig, lanes: _Lanes, slots: int, stream: bool) -> str:
                 lines.append(lanes.stream("orow", s, f"u{s}") if stream else lanes.store("orow", s, f"u{s}"))
             elif tok == "PREFETCH_NEXT_ROW":
                 lines.append(f"__builtin_prefetch(xn + {lanes.idx(s)}, 0, 3);")
-    return "".join(f"{ind}{ln}\n" for ln in lines)
+    return lanes.lines(lines)
 
 
 def _entry(c: RmsConfig) -> str:

@@ -36,7 +36,7 @@ class CRmsNormW4A16Template(CW4A16Template):
     entry, argtypes = ENTRY, ARGTYPES
 
     def gene_space(self) -> GeneSpace:
-        cores = w4a16_c.cpu_cores(self.device)
+        cores = self.cores
         groups = w4a16_c.gene_groups(cores)
         groups["memory_pattern"] = (*(g for g in groups["memory_pattern"] if g.name != "layout"), NORM_PASS)
         (regs,) = groups["register_allocation"]

@@ -17,13 +17,14 @@ tail, so every genome is right for any half width. The genome picks:
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
-from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.openmp import one_thread, scalar_width, thread_options, vector_genes, vector_kind
-from core.workloads.template import Template
+from core.genome import GeneSpace, Genome, MapGene, SequenceGene
+from core.workloads.c_kernel import (CConfig, CTemplate, Lanes, float_vectors, main_loop, over_token_groups,
+                                     parallel_for, prelude, tail_loop)
+from core.workloads.openmp import (compiler_hints, one_thread, pointer_hints_gene, scalar_width,
+                                   split_parallel_genes, vector_genes, vector_kind)
 
 ENTRY = "abebot_rope"
 ARGTYPES = ("ptr", "ptr", "ptr", "ptr", "int", "int", "int", "int")  # positions, cache, q, k, tokens, q_heads, kv_heads, half_dim
@@ -33,35 +34,23 @@ BEFORE = (("LOAD_CS", "ROTATE"), ("LOAD_X1", "ROTATE"), ("LOAD_X2", "ROTATE"), (
 PF_DIST = 256  # floats ahead (1 KiB): the next heads of the token
 
 
-class CRopeTemplate(Template):
+class CRopeTemplate(CTemplate):
     """The C template of :class:`~core.workloads.rope.RopeWorkload`."""
 
-    backend = "c"
-
     def gene_space(self) -> GeneSpace:
-        cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
-        parallel = (
-            ChoiceGene("threads", thread_options(cores), "OpenMP threads (1 = no parallel region)"),
-            ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the parallel loop"),
-            ChoiceGene("chunk", (1, 2, 4, 8, 16, 32), "iterations handed to a thread at a time"),
-            ChoiceGene("split", ("tokens", "head_groups"), "the parallel loop runs over tokens or (token, head group) pairs"),
-        )
-        memory = (*vector_genes(), ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified head pointers"))
+        parallel = split_parallel_genes(self.cores, ("tokens", "head_groups"),
+                                        "the parallel loop runs over tokens or (token, head group) pairs")
+        memory = (*vector_genes(), pointer_hints_gene("head "))
         registers = (MapGene("register_map", (("unroll", (1, 2, 4)), ("heads", (1, 2, 4))),
                              "slots per iteration; heads sharing one load of cos and sin"),)
         sequence = (SequenceGene("stages", STAGES, ("PREFETCH",), BEFORE, "per-slot steps of the main loop"),)
         return GeneSpace(groups={"parallel_config": parallel, "memory_pattern": memory,
                                  "register_allocation": registers, "instruction_sequence": sequence},
-                         seeds=seed_genomes(cores), canonicalisers=CANONICALISERS,
-                         # restrict and a prefetch's place among independent statements: gcc may have
-                         # no use for them in a given loop
-                         hints=("memory_pattern.pointer_hints", "instruction_sequence.stages:PREFETCH"))
+                         seeds=seed_genomes(self.cores), canonicalisers=CANONICALISERS, hints=compiler_hints("PREFETCH"))
 
     def render(self, genome: Genome) -> KernelSource:
         cfg = RopeConfig.from_genome(genome)
-        return KernelSource(backend="c", source=render_source(cfg), entry=ENTRY, flags=("-std=gnu11",),
-                            launch={"argtypes": ARGTYPES, "threads": cfg.threads, "vector_width": cfg.vw},
-                            resources={"workspace_bytes": 0, "threads": cfg.threads})
+        return self.c_kernel(render_source(cfg), ENTRY, ARGTYPES, cfg.threads, vector_width=cfg.vw)
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         return kernel.bind(t["positions"], t["cos_sin_cache"], t["q"], t["k"], shape["tokens"], shape["q_heads"],
@@ -93,11 +82,8 @@ def seed_genomes(cores: int) -> tuple[dict, ...]:
     return (naive, fast)
 
 
-class RopeConfig:
+class RopeConfig(CConfig):
     """The genome's values for rendering."""
-
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
 
     @classmethod
     def from_genome(cls, g: Genome) -> "RopeConfig":
@@ -116,33 +102,16 @@ def render_source(c: RopeConfig) -> str:
 
 
 def _prelude(c: RopeConfig) -> str:
-    out = ("/* AbeBot RoPE (NeoX), C backend: x1' = x1 c - x2 s, x2' = x2 c + x1 s per head, float32, in place. */\n"
-           "#include <stddef.h>\n#include <omp.h>\n"
-           f"#define VW {c.vw}\n#define UNROLL {c.unroll}\n#define HEADS {c.heads}\n#define PF_DIST {PF_DIST}\n"
-           f"#define RESTRICT {'restrict' if c.restrict else ''}\n")
-    if c.kind == "vector":
-        out += (f"typedef float vf __attribute__((vector_size({4 * c.vw}), may_alias));\n"
-                f"typedef float vfu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n")
-    return out
+    out = prelude("AbeBot RoPE (NeoX), C backend: x1' = x1 c - x2 s, x2' = x2 c + x1 s per head, float32, in place.",
+                  ("stddef.h", "omp.h"), {"VW": c.vw, "UNROLL": c.unroll, "HEADS": c.heads, "PF_DIST": PF_DIST,
+                                          "RESTRICT": "restrict" if c.restrict else ""})
+    return out + (float_vectors(c.vw) if c.kind == "vector" else "")
 
 
 def _body(c: RopeConfig, n: int, slots: int, scalar: bool) -> str:
     """The stages in genome order, each for every slot and head (token-major)."""
-    vec = c.kind == "vector" and not scalar
-    simd = c.kind == "simd" and not scalar
-    vt, ind = ("vf" if vec else "float"), ("      " if simd else "    ")
-    width = 1 if scalar or c.kind == "scalar" else c.vw
-
-    def idx(s: int) -> str:
-        base = f"j + {s * width}" if s else "j"
-        return f"{base} + l" if simd else base
-
-    def load(ptr: str, s: int) -> str:
-        return f"*(const vfu *)({ptr} + {idx(s)})" if vec else f"{ptr}[{idx(s)}]"
-
-    def store(ptr: str, s: int, v: str) -> str:
-        return f"*(vfu *)({ptr} + {idx(s)}) = {v};" if vec else f"{ptr}[{idx(s)}] = {v};"
-
+    lanes = Lanes("scalar" if scalar else c.kind, c.vw)
+    vt, load = lanes.vtype, lanes.load
     lines = []
     for tok in c.stages:
         for s in range(slots):
@@ -157,12 +126,12 @@ def _body(c: RopeConfig, n: int, slots: int, scalar: bool) -> str:
                 elif tok == "ROTATE":
                     lines.append(f"const {vt} o{h}_{s} = {a} * c{s} - {b} * s{s}, p{h}_{s} = {b} * c{s} + {a} * s{s};")
                 elif tok == "STORE_X1":
-                    lines.append(store(f"x{h}", s, f"o{h}_{s}"))
+                    lines.append(lanes.store(f"x{h}", s, f"o{h}_{s}"))
                 elif tok == "STORE_X2":
-                    lines.append(store(f"y{h}", s, f"p{h}_{s}"))
+                    lines.append(lanes.store(f"y{h}", s, f"p{h}_{s}"))
                 elif tok == "PREFETCH" and not scalar:
-                    lines.append(f"__builtin_prefetch(x{h} + {idx(s)} + PF_DIST, 1, 0);")
-    return "".join(f"{ind}{ln}\n" for ln in lines)
+                    lines.append(f"__builtin_prefetch(x{h} + {lanes.idx(s)} + PF_DIST, 1, 0);")
+    return lanes.lines(lines)
 
 
 def _rot(c: RopeConfig, n: int) -> str:
@@ -172,12 +141,7 @@ def _rot(c: RopeConfig, n: int) -> str:
     out = (f"static void rot{n}({heads}, const float *{r} cr, const float *{r} sr, int H) {{\n"
            + "".join(f"  float *{r} y{h} = x{h} + H;\n" for h in range(n)) + "  int j = 0;\n")
     step = c.unroll * (1 if c.kind == "scalar" else c.vw)
-    out += f"  for (; j + {step} <= H; j += {step}) {{\n"
-    if c.kind == "simd":
-        out += "#pragma omp simd simdlen(VW)\n    for (int l = 0; l < VW; ++l) {\n" + _body(c, n, c.unroll, False) + "    }\n"
-    else:
-        out += _body(c, n, c.unroll, False)
-    out += "  }\n  for (; j < H; ++j) {\n" + _body(c, n, 1, True) + "  }\n"
+    out += main_loop(Lanes(c.kind, c.vw), step, "H", _body(c, n, c.unroll, False)) + tail_loop("H", _body(c, n, 1, True))
     return out + "}\n"
 
 
@@ -195,14 +159,9 @@ def _group(c: RopeConfig) -> str:
 
 
 def _entry(c: RopeConfig) -> str:
-    out = ("void abebot_rope(const int *positions, const float *cache, float *q, float *k, int tokens, int q_heads,\n"
-           "                 int kv_heads, int half_dim) {\n"
-           "  if (tokens <= 0 || half_dim <= 0) return;\n"
-           "  const int G = (q_heads + HEADS - 1) / HEADS + (kv_heads + HEADS - 1) / HEADS;\n")
-    pragma = (f"  #pragma omp parallel for num_threads({c.threads}) schedule({c.schedule}, {c.chunk})\n"
-              if c.threads > 1 else "")
-    if c.split == "tokens":
-        return out + pragma + ("  for (int t = 0; t < tokens; ++t)\n    for (int g = 0; g < G; ++g)\n"
-                               "      group(positions, cache, q, k, t, g, q_heads, kv_heads, half_dim);\n}\n")
-    return out + pragma + ("  for (long w = 0; w < (long)tokens * G; ++w)\n"
-                           "    group(positions, cache, q, k, (int)(w / G), (int)(w % G), q_heads, kv_heads, half_dim);\n}\n")
+    return ("void abebot_rope(const int *positions, const float *cache, float *q, float *k, int tokens, int q_heads,\n"
+            "                 int kv_heads, int half_dim) {\n"
+            "  if (tokens <= 0 || half_dim <= 0) return;\n"
+            "  const int G = (q_heads + HEADS - 1) / HEADS + (kv_heads + HEADS - 1) / HEADS;\n"
+            + parallel_for(c.threads, c.schedule, c.chunk)
+            + over_token_groups(c.split, "group(positions, cache, q, k, {t}, {g}, q_heads, kv_heads, half_dim);"))

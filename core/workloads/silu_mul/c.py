@@ -20,13 +20,14 @@ argument is clamped to 2^+-126, so no genome over- or underflows into NaN.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.openmp import one_thread, row_parallel_genes, scalar_width, vector_genes, vector_kind
-from core.workloads.template import Template
+from core.workloads.c_kernel import (CConfig, CTemplate, Lanes, align_head, float_vectors, main_loop, parallel_for,
+                                     prelude, streaming, tail_loop, vector_type)
+from core.workloads.openmp import (compiler_hints, one_thread, pointer_hints_gene, row_parallel_genes, scalar_width,
+                                   vector_genes, vector_kind)
 
 ENTRY = "abebot_silu_mul"
 ARGTYPES = ("ptr", "ptr", "ptr", "int", "int")  # gate, up, out, tokens, hidden
@@ -35,19 +36,15 @@ BEFORE = (("LOAD_GATE", "SILU"), ("SILU", "MUL"), ("LOAD_UP", "MUL"), ("MUL", "S
 PF_DIST = 256  # floats ahead (1 KiB): past what the hardware prefetcher has usually fetched
 
 
-class CSiluMulTemplate(Template):
+class CSiluMulTemplate(CTemplate):
     """The C template of :class:`~core.workloads.silu_mul.SiluMulWorkload`."""
 
-    backend = "c"
-
     def gene_space(self) -> GeneSpace:
-
-        cores = max(1, int(self.device.multiprocessors or os.cpu_count() or 1))
-        parallel = row_parallel_genes(cores)
+        parallel = row_parallel_genes(self.cores)
         memory = (
             *vector_genes(),
             ChoiceGene("store", ("normal", "streaming"), "output stores through the cache or non-temporal"),
-            ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified row pointers"),
+            pointer_hints_gene("row "),
         )
         registers = (
             MapGene("register_map", (
@@ -68,18 +65,12 @@ class CSiluMulTemplate(Template):
 
         return GeneSpace(groups={"parallel_config": parallel, "memory_pattern": memory,
                                  "register_allocation": registers, "instruction_sequence": sequence},
-                         constraints=(meaningful,), seeds=seed_genomes(cores), canonicalisers=CANONICALISERS,
-                         # restrict, and the place of the prefetch among independent statements: gcc
-                         # may have no use for them in a given loop (that depends on gcc and the CPU)
-                         hints=("memory_pattern.pointer_hints", "instruction_sequence.stages:PREFETCH"))
+                         constraints=(meaningful,), seeds=seed_genomes(self.cores), canonicalisers=CANONICALISERS,
+                         hints=compiler_hints("PREFETCH"))
 
     def render(self, genome: Genome) -> KernelSource:
         cfg = SiluConfig.from_genome(genome)
-        return KernelSource(
-            backend="c", source=render_source(cfg), entry=ENTRY, flags=("-std=gnu11",),
-            launch={"argtypes": ARGTYPES, "threads": cfg.threads, "vector_width": cfg.vw},
-            resources={"workspace_bytes": 0, "threads": cfg.threads},
-        )
+        return self.c_kernel(render_source(cfg), ENTRY, ARGTYPES, cfg.threads, vector_width=cfg.vw)
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
         return kernel.bind(t["gate"], t["up"], t["out"], shape["tokens"], shape["hidden"])
@@ -110,11 +101,8 @@ def seed_genomes(cores: int) -> tuple[dict, ...]:
     return (naive, fast)
 
 
-class SiluConfig:
+class SiluConfig(CConfig):
     """The genome's values for rendering."""
-
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
 
     @classmethod
     def from_genome(cls, g: Genome) -> "SiluConfig":
@@ -137,25 +125,13 @@ def render_source(c: SiluConfig) -> str:
 
 
 def _prelude(c: SiluConfig) -> str:
-    out = ("/* AbeBot SiLU-and-multiply, C backend: out = gate / (1 + exp(-gate)) * up, float32. */\n"
-           "#include <math.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <string.h>\n#include <omp.h>\n"
-           f"#define VW {c.vw}\n#define UNROLL {c.unroll}\n#define PF_DIST {PF_DIST}\n"
-           f"#define RESTRICT {'restrict' if c.restrict else ''}\n")
+    out = prelude("AbeBot SiLU-and-multiply, C backend: out = gate / (1 + exp(-gate)) * up, float32.",
+                  ("math.h", "stddef.h", "stdint.h", "string.h", "omp.h"),
+                  {"VW": c.vw, "UNROLL": c.unroll, "PF_DIST": PF_DIST, "RESTRICT": "restrict" if c.restrict else ""})
     if c.kind == "vector":
-        out += (f"typedef float vf __attribute__((vector_size({4 * c.vw}), may_alias));\n"
-                f"typedef float vfu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n"
-                f"typedef int32_t vi __attribute__((vector_size({4 * c.vw})));\n"
-                f"typedef double vd __attribute__((vector_size({8 * c.vw})));\n"
-                "#define VSEL(m, a, b) ((vf)(((vi)(a) & (m)) | ((vi)(b) & ~(m))))\n")
-        if c.streaming:
-            guard, fn, typ = {4: ("__SSE__", "_mm_stream_ps", "__m128"), 8: ("__AVX__", "_mm256_stream_ps", "__m256"),
-                              16: ("__AVX512F__", "_mm512_stream_ps", "__m512")}[c.vw]
-            out += (f"#if defined({guard})\n#include <immintrin.h>\n#define STREAM(p, v) {fn}((p), ({typ})(v))\n"
-                    "#else\n#define STREAM(p, v) (*(vfu *)(p) = (v))\n#endif\n")
-    if c.streaming:
-        out += ("#if defined(__SSE2__)\n#include <immintrin.h>\n#define FENCE() _mm_sfence()\n"
-                "#else\n#define FENCE() ((void)0)\n#endif\n")
-    return out
+        out += (float_vectors(c.vw) + vector_type("vi", "int32_t", c.vw) + vector_type("vd", "double", c.vw)
+                + "#define VSEL(m, a, b) ((vf)(((vi)(a) & (m)) | ((vi)(b) & ~(m))))\n")
+    return out + (streaming(c.vw, c.kind == "vector") if c.streaming else "")
 
 
 def _poly(var: str) -> str:
@@ -208,41 +184,27 @@ def _vector_silu(c: SiluConfig) -> str:
     return out + f"static inline vf vsilu(vf g) {{\n{lanes}  const vf e = {e};\n  return {div};\n}}\n"
 
 
-def _idx(c: SiluConfig, slot: int) -> str:
-    width = 1 if c.kind == "scalar" else c.vw
-    base = f"j + {slot * width}" if slot else "j"
-    return f"{base} + l" if c.kind == "simd" else base
-
-
 def _body(c: SiluConfig, slots: int, scalar: bool, stream: bool) -> str:
     """The stages in genome order, each for every slot (token-major)."""
-    vec = c.kind == "vector" and not scalar
-    vt, ind = ("vf" if vec else "float"), ("      " if c.kind == "simd" and not scalar else "    ")
+    lanes = Lanes("scalar" if scalar else c.kind, c.vw)
+    vec, vt = lanes.vtype == "vf", lanes.vtype
     lines = []
-
-    def load(ptr: str, s: int) -> str:
-        i = "j" if scalar else _idx(c, s)
-        return f"*(const vfu *)({ptr} + {i})" if vec else f"{ptr}[{i}]"
-
     for tok in c.stages:
         for s in range(slots):
-            i = "j" if scalar else _idx(c, s)
             if tok == "LOAD_GATE":
-                lines.append(f"const {vt} g{s} = {load('gr', s)};")
+                lines.append(f"const {vt} g{s} = {lanes.load('gr', s)};")
             elif tok == "LOAD_UP":
-                lines.append(f"const {vt} u{s} = {load('ur', s)};")
+                lines.append(f"const {vt} u{s} = {lanes.load('ur', s)};")
             elif tok == "SILU":
                 lines.append(f"const {vt} a{s} = {'vsilu' if vec else 'silu1'}(g{s});")
             elif tok == "MUL":
                 lines.append(f"const {vt} o{s} = a{s} * u{s};")
             elif tok == "STORE":
-                if vec:
-                    lines.append(f"STREAM(orow + {i}, o{s});" if stream else f"*(vfu *)(orow + {i}) = o{s};")
-                else:
-                    lines.append(f"orow[{i}] = o{s};")
+                lines.append(lanes.stream("orow", s, f"o{s}") if stream else lanes.store("orow", s, f"o{s}"))
             elif tok == "PREFETCH" and not scalar:
+                i = lanes.idx(s)
                 lines.append(f"__builtin_prefetch(gr + {i} + PF_DIST, 0, 0); __builtin_prefetch(ur + {i} + PF_DIST, 0, 0);")
-    return "".join(f"{ind}{ln}\n" for ln in lines)
+    return lanes.lines(lines)
 
 
 def _row(c: SiluConfig) -> str:
@@ -252,26 +214,18 @@ def _row(c: SiluConfig) -> str:
            "  int j = 0;\n")
     step = c.unroll * (1 if c.kind == "scalar" else c.vw)
     if c.streaming and c.kind == "vector":
-        # Non-temporal vector stores need aligned addresses: scalar elements up to the boundary.
-        out += (f"  for (; j < n && ((uintptr_t)(orow + j) & {4 * c.vw - 1}); ++j) {{\n"
-                + _body(c, 1, scalar=True, stream=False) + "  }\n")
-    out += f"  for (; j + {step} <= n; j += {step}) {{\n"
-    if c.kind == "simd":
-        nt = " nontemporal(orow)" if c.streaming else ""
-        out += f"#pragma omp simd simdlen(VW){nt}\n    for (int l = 0; l < VW; ++l) {{\n"
-        out += _body(c, c.unroll, scalar=False, stream=False) + "    }\n"
-    else:
-        out += _body(c, c.unroll, scalar=False, stream=c.streaming)
-    out += "  }\n  for (; j < n; ++j) {\n" + _body(c, 1, scalar=True, stream=False) + "  }\n"
+        out += align_head("orow", "n", c.vw, _body(c, 1, scalar=True, stream=False))
+    # omp simd streams through the loop's nontemporal clause, a vector loop through STREAM
+    out += main_loop(Lanes(c.kind, c.vw), step, "n", _body(c, c.unroll, scalar=False, stream=c.streaming and c.kind != "simd"),
+                     nontemporal="orow" if c.streaming else "")
+    out += tail_loop("n", _body(c, 1, scalar=True, stream=False))
     if c.streaming:
         out += "  FENCE();\n"
     return out + "}\n"
 
 
 def _entry(c: SiluConfig) -> str:
-    out = ("void abebot_silu_mul(const float *gate, const float *up, float *out, int tokens, int hidden) {\n"
-           "  if (tokens <= 0 || hidden <= 0) return;\n")
-    if c.threads > 1:
-        out += f"  #pragma omp parallel for num_threads({c.threads}) schedule({c.schedule}, {c.chunk})\n"
-    return out + ("  for (int i = 0; i < tokens; ++i) {\n    const size_t o = (size_t)i * hidden;\n"
-                  "    row(gate + o, up + o, out + o, hidden);\n  }\n}\n")
+    return ("void abebot_silu_mul(const float *gate, const float *up, float *out, int tokens, int hidden) {\n"
+            "  if (tokens <= 0 || hidden <= 0) return;\n" + parallel_for(c.threads, c.schedule, c.chunk)
+            + "  for (int i = 0; i < tokens; ++i) {\n    const size_t o = (size_t)i * hidden;\n"
+            "    row(gate + o, up + o, out + o, hidden);\n  }\n}\n")

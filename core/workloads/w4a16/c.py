@@ -23,13 +23,12 @@ point) once for all its rows, and multiplies them in. The genome picks:
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, NamedTuple
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.openmp import one_thread, thread_options
-from core.workloads.template import Template
+from core.workloads.c_kernel import CConfig, CTemplate, float_vectors, parallel_for, prelude, vector_type
+from core.workloads.openmp import one_thread, pointer_hints_gene, split_parallel_genes
 
 ENTRY = "abebot_w4a16"
 ARGTYPES = ("ptr", "ptr", "ptr", "ptr", "ptr", "int", "int", "int")  # x, qweight, scales, zeros, y, m, n, k_groups
@@ -49,24 +48,22 @@ class Norm(NamedTuple):
     per_tile: bool
 
 
-class CW4A16Template(Template):
+class CW4A16Template(CTemplate):
     """The C template of :class:`~core.workloads.w4a16.W4A16Workload`."""
 
-    backend = "c"
     entry, argtypes = ENTRY, ARGTYPES
 
     def gene_space(self) -> GeneSpace:
-        cores = cpu_cores(self.device)
+        cores = self.cores
         return GeneSpace(groups=gene_groups(cores), seeds=seed_genomes(cores), canonicalisers=canonicalisers(),
                          hints=HINTS)
 
     def render(self, genome: Genome) -> KernelSource:
         cfg, norm = W4Config.from_genome(genome, bool(self.problem.get("zero_points", False))), self.norm(genome)
-        launch = {"argtypes": self.argtypes, "threads": cfg.threads, "vector_width": cfg.vw}
-        if norm is None:  # the fused kernel has no layout gene: it reads GPTQ's words
-            launch.update(layout=cfg.layout, panel_cols=cfg.panel)
-        return KernelSource(backend="c", source=render_source(cfg, norm), entry=self.entry, flags=("-std=gnu11",),
-                            launch=launch, resources={"workspace_bytes": 0, "threads": cfg.threads})
+        # The fused kernel has no layout gene: it reads GPTQ's words.
+        layout = {} if norm else {"layout": cfg.layout, "panel_cols": cfg.panel}
+        return self.c_kernel(render_source(cfg, norm), self.entry, self.argtypes, cfg.threads, vector_width=cfg.vw,
+                             **layout)
 
     def norm(self, genome: Genome) -> Norm | None:
         """The RMSNorm fused in front of the product (a subclass's hook); None: W4A16 alone."""
@@ -102,22 +99,14 @@ def panels(qweight: Any, p: int) -> Any:
 TEMPLATE = CW4A16Template
 
 
-def cpu_cores(device: Any) -> int:
-    """The cores the thread options are built for."""
-    return max(1, int(device.multiprocessors or os.cpu_count() or 1))
-
-
 def gene_groups(cores: int) -> dict[str, tuple]:
     """W4A16's C genes by group, for ``cores`` cores."""
-    parallel = (
-        ChoiceGene("threads", thread_options(cores), "OpenMP threads (1 = no parallel region)"),
-        ChoiceGene("schedule", ("static", "dynamic", "guided"), "OpenMP schedule of the parallel loop"),
-        ChoiceGene("chunk", (1, 2, 4, 8, 16), "iterations handed to a thread at a time"),
-        ChoiceGene("split", ("cols", "tiles"), "the parallel loop runs over column tiles, or (row tile, column tile) pairs"),
-    )
+    parallel = split_parallel_genes(cores, ("cols", "tiles"),
+                                    "the parallel loop runs over column tiles, or (row tile, column tile) pairs",
+                                    chunks=(1, 2, 4, 8, 16))
     memory = (
         ChoiceGene("vector_width", (1, 4, 8, 16), "columns per vector (GCC vector extensions; 1 = scalar)"),
-        ChoiceGene("pointer_hints", ("none", "restrict"), "restrict-qualified pointers"),
+        pointer_hints_gene(),
         ChoiceGene("prefetch", (0, 1, 2), "prefetch the words this many groups ahead (0 = none)"),
         ChoiceGene("layout", LAYOUTS, "the words as GPTQ packs them, or repacked once into column panels "
                                       "contiguous along K"),
@@ -158,12 +147,8 @@ def seed_genomes(cores: int) -> tuple[dict, ...]:
     return (naive, fast)
 
 
-class W4Config:
+class W4Config(CConfig):
     """The genome's values for rendering."""
-
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
-
     @classmethod
     def from_genome(cls, g: Genome, zeros: bool) -> "W4Config":
         p, m, rm = g["parallel_config"], g["memory_pattern"], g["register_allocation"]["register_map"]
@@ -200,18 +185,15 @@ _RMS_INV = ("/* 1 / sqrt(mean(x^2) + eps) of one row of K (a multiple of 128) va
 def _prelude(c: W4Config, norm: Norm | None) -> str:
     words = "GPTQ words" if c.layout == "gptq" else "GPTQ words repacked in column panels"
     if norm:
-        out = ("/* AbeBot RMSNorm + W4A16, C backend: y = (x / rms(x) * gamma) . ((q - 8) * s), "
-               f"{words} (8 values along K), float32. */\n#include <math.h>\n")
+        comment = f"AbeBot RMSNorm + W4A16, C backend: y = (x / rms(x) * gamma) . ((q - 8) * s), {words} (8 values along K), float32."
     else:
-        out = f"/* AbeBot W4A16, C backend: y = x . ((q - z) * s), {words} (8 values along K), float32. */\n"
-    out += ("#include <stddef.h>\n#include <stdint.h>\n#include <omp.h>\n"
-            f"#define VW {c.vw}\n#define ROWS {c.rows}\n#define COLS {c.cols}\n#define PF_GROUPS {c.prefetch}\n"
-            f"#define RESTRICT {'restrict' if c.restrict else ''}\n")
+        comment = f"AbeBot W4A16, C backend: y = x . ((q - z) * s), {words} (8 values along K), float32."
+    out = prelude(comment, (("math.h",) if norm else ()) + ("stddef.h", "stdint.h", "omp.h"),
+                  {"VW": c.vw, "ROWS": c.rows, "COLS": c.cols, "PF_GROUPS": c.prefetch,
+                   "RESTRICT": "restrict" if c.restrict else ""})
     if c.vw > 1:
-        out += (f"typedef float vf __attribute__((vector_size({4 * c.vw}), may_alias));\n"
-                f"typedef float vfu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n"
-                f"typedef int32_t vi __attribute__((vector_size({4 * c.vw}), may_alias));\n"
-                f"typedef int32_t viu __attribute__((vector_size({4 * c.vw}), aligned(4), may_alias));\n")
+        out += (float_vectors(c.vw) + vector_type("vi", "int32_t", c.vw, "may_alias")
+                + vector_type("viu", "int32_t", c.vw, "aligned(4)", "may_alias"))
     return out + (_RMS_INV if norm else "")
 
 
@@ -318,8 +300,7 @@ def _entry(c: W4Config, norm: Norm | None) -> str:
         out += "  float invs[m];  /* 1/rms of each row (m <= 16) */\n" + (
             "  (void)invs;\n" if norm.per_tile else
             "  for (int r = 0; r < m; ++r) invs[r] = rms_inv(x + (size_t)r * G * 128, (size_t)G * 128, eps);\n")
-    pragma = (f"  #pragma omp parallel for num_threads({c.threads}) schedule({c.schedule}, {c.chunk})\n"
-              if c.threads > 1 else "")
+    pragma = parallel_for(c.threads, c.schedule, c.chunk)
     if c.split == "cols":
         return out + pragma + ("  for (int ct = 0; ct < CT; ++ct)\n  for (int r0 = 0; r0 < m; r0 += ROWS) {\n"
                                + task + "  }\n}\n")
