@@ -9,11 +9,16 @@ subclass, written once for every backend:
   any tile, vector width or unroll factor;
 * ``reference(xp, t, problem)`` -- float64 outputs from float64 inputs, with operations numpy and
   torch share, so it runs wherever the kernel's tensors live;
-* ``tolerance(dtype, shape)`` -- (atol, rtol) of ``|out - ref| <= atol + rtol |ref|``;
+* ``tolerances`` -- (atol, rtol) of ``|out - ref| <= atol + rtol |ref|`` by dtype (or a
+  ``tolerance(dtype, shape)`` of its own, where the shape matters);
 * ``baselines(arrays)`` -- the library paths timed beside the kernels, in the array library of the
   backend ("numpy" or "torch"); the fastest one that verifies normalises fitness;
 * ``flops(shape, problem)`` -- for the compute roofline; bytes come from the tensors;
-* ``weights(problem)`` -- the inputs a template may repack once into its own layout (default none).
+* ``weights(problem)`` -- the inputs a template may repack once into its own layout (default none);
+* ``permuted_along`` -- the shape key along which timed launches get permuted inputs (default none).
+
+:func:`verification_shapes`, the input draws (:class:`Normal`, :class:`Uniform`, :class:`Indices`)
+and :func:`compiled_once` (a baseline under torch.compile) are written here once for every family.
 
 Next to it, one template per backend (``<family>/<backend>.py``, see :mod:`core.workloads.template`)
 holds the gene space, ``render`` and how to launch. Registering the family in
@@ -57,6 +62,17 @@ class Uniform:
 
 
 @dataclass(frozen=True)
+class Indices:
+    """Row indices into dimension ``dim`` (of another tensor), drawn uniformly with repeats: float
+    draws truncated, kept a row below the end so that rounding up cannot index past it."""
+
+    dim: str
+
+    def draw(self, arrays: Arrays, shape: tuple[int, ...], dtype: str, gen: Any, problem_shape: dict) -> Any:
+        return arrays.uniform(shape, dtype, gen, 0.0, float(max(1, problem_shape[self.dim] - 1)))
+
+
+@dataclass(frozen=True)
 class Tensor:
     """One argument of the operation.
 
@@ -68,7 +84,7 @@ class Tensor:
     name: str
     dims: tuple
     role: str = "input"
-    init: Normal | Uniform = Normal()
+    init: Normal | Uniform | Indices = Normal()
     dtype: str | None = None
 
     def __post_init__(self) -> None:
@@ -149,6 +165,28 @@ class Param:
         return None
 
 
+def compiled_once(fn: Callable) -> Callable:
+    """``fn`` under ``torch.compile(fn, dynamic=False)`` for a baseline: compiled at the first call
+    (torch is imported then, not with the workload) and that compiled function reused after."""
+    compiled: list = []
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not compiled:
+            import torch
+
+            compiled.append(torch.compile(fn, dynamic=False))
+        return compiled[0](*args, **kwargs)
+
+    return call
+
+
+def verification_shapes(problem: dict, keys: tuple[str, ...], *changes: dict) -> list[dict]:
+    """The problem's own shape (its settings ``keys``), the timed one, then that shape with each of
+    ``changes`` applied (the odd shapes), each where it differs from the first."""
+    main = {k: problem[k] for k in keys}
+    return [main] + [s for s in ({**main, **c} for c in changes) if s != main]
+
+
 def family_templates(package: str, *backends: str) -> dict[str, str]:
     """``{backend: "<package>.<backend>"}``: a family's templates, one module per backend named after it."""
     return {backend: f"{package}.{backend}" for backend in backends}
@@ -162,6 +200,10 @@ class Workload(ABC):
     params: ClassVar[tuple[Param, ...]]
     #: backend name -> module holding that backend's ``TEMPLATE`` class
     templates: ClassVar[dict[str, str]]
+    #: dtype -> (atol, rtol), whatever the shape (see :meth:`tolerance`)
+    tolerances: ClassVar[dict[str, tuple[float, float]]]
+    #: the shape key of :meth:`perturbation`, None for none
+    permuted_along: ClassVar[str | None] = None
 
     # -- the problem -----------------------------------------------------------------------------
     def default_problem(self, backend: str) -> dict:
@@ -200,9 +242,10 @@ class Workload(ABC):
     def reference(self, xp: Any, t: dict, problem: dict) -> dict:
         """float64 outputs by name from the float64 inputs ``t`` (numpy or torch, as ``xp``)."""
 
-    @abstractmethod
     def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
-        """(atol, rtol) for outputs of ``dtype`` on ``shape``."""
+        """(atol, rtol) for outputs of ``dtype`` on ``shape``: by default the class's
+        ``tolerances[dtype]``, the same for every shape (override where the shape matters)."""
+        return self.tolerances[dtype]
 
     @abstractmethod
     def baselines(self, arrays: str) -> list[Baseline]:
@@ -224,8 +267,9 @@ class Workload(ABC):
     def perturbation(self, problem: dict) -> str | None:
         """The shape key along which permuting the inputs permutes the outputs the same way (the
         rows of a row-wise operation, M of a product): timed launches get freshly permuted inputs,
-        so a kernel that memoises answers is caught. None: inputs are only restored, not permuted."""
-        return None
+        so a kernel that memoises answers is caught. None: inputs are only restored, not permuted.
+        Default: the class's ``permuted_along``."""
+        return self.permuted_along
 
     # -- bytes, from the tensors -----------------------------------------------------------------
     def io_bytes(self, shape: dict, problem: dict) -> int:

@@ -29,18 +29,11 @@ from __future__ import annotations
 from typing import Any
 
 from core.backends.arrays import dtype_bytes
-from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload, scaled_by_sqrt_sqrt
+from core.workloads.spec import (Baseline, compiled_once, family_templates, Indices, Normal, Param, Tensor,
+                                 verification_shapes, Workload, scaled_by_sqrt_sqrt)
 
 TOLERANCE = {"bfloat16": (1e-3, 1.6e-2), "float16": (1e-3, 1e-3), "float32": (1e-4, 1e-4)}
 ODD_HIDDEN = 1031  # prime: no vector width, unroll or block divides it
-
-
-class _Ids:
-    """Row indices drawn uniformly over ``vocab`` (truncated float draws, kept a row below the end
-    so that rounding up cannot index past W)."""
-
-    def draw(self, arrays: Any, shape: tuple, dtype: str, gen: Any, problem_shape: dict) -> Any:
-        return arrays.uniform(shape, dtype, gen, 0.0, float(max(1, problem_shape["vocab"] - 1)))
 
 
 class GatherGemvWorkload(Workload):
@@ -54,31 +47,26 @@ class GatherGemvWorkload(Workload):
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
     )
     templates = family_templates(__name__, "c", "cuda", "triton")
+    tolerances = TOLERANCE
+    permuted_along = "tokens"
 
     def tensors(self, problem: dict) -> list[Tensor]:
         init = Normal(scale=scaled_by_sqrt_sqrt("hidden"))
         return [Tensor("h", ("tokens", "hidden"), init=init),
                 Tensor("W", ("vocab", "hidden"), init=init),
-                Tensor("ids", ("tokens", "cands"), init=_Ids(), dtype="int32"),
+                Tensor("ids", ("tokens", "cands"), init=Indices("vocab"), dtype="int32"),
                 Tensor("logits", ("tokens", "cands"), "output")]
 
     def shapes(self, problem: dict) -> list[dict]:
-        main = {k: problem[k] for k in ("tokens", "cands", "vocab", "hidden")}
         # odd hidden and candidate counts; then the full W (offsets past 2^31 bytes on the GPU default)
-        odd = [{**main, "tokens": 3, "cands": 5, "hidden": ODD_HIDDEN}, {**main, "tokens": 7, "cands": 67}]
-        return [main] + [s for s in odd if s != main]
+        return verification_shapes(problem, ("tokens", "cands", "vocab", "hidden"),
+                                   {"tokens": 3, "cands": 5, "hidden": ODD_HIDDEN}, {"tokens": 7, "cands": 67})
 
     def reference(self, xp: Any, t: dict, problem: dict) -> dict:
         ids = t["ids"]
         idx = ids.long() if hasattr(ids, "long") else ids.astype(xp.int64)  # torch, numpy
         rows = t["W"][idx]  # (tokens, cands, hidden)
         return {"logits": (rows @ t["h"][:, :, None])[:, :, 0]}
-
-    def perturbation(self, problem: dict) -> str | None:
-        return "tokens"
-
-    def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
-        return TOLERANCE[dtype]
 
     def flops(self, shape: dict, problem: dict) -> float:
         return 2.0 * shape["tokens"] * shape["cands"] * shape["hidden"]
@@ -122,16 +110,11 @@ def _torch_gather(t: dict, problem: dict) -> None:
     torch.bmm(t["W"][t["ids"].long()], t["h"].unsqueeze(-1), out=t["logits"].unsqueeze(-1))
 
 
-_COMPILED: dict = {}
+_compiled_gather_bmm = compiled_once(gather_bmm)
 
 
 def _compiled(t: dict, problem: dict) -> Any:
-    import torch
-
-    fn = _COMPILED.get("fn")
-    if fn is None:
-        fn = _COMPILED["fn"] = torch.compile(gather_bmm, dynamic=False)
-    return fn(t["h"], t["W"], t["ids"])
+    return _compiled_gather_bmm(t["h"], t["W"], t["ids"])
 
 
 def _dense(t: dict, problem: dict) -> Any:

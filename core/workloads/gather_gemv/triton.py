@@ -18,31 +18,30 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.template import Template
+from core.workloads.triton_common import (TritonTemplate, eviction, even_twin, gene_groups_of, in_order, indent,
+                                          masks_gene, num_warps_gene, per_thread_violation)
 
 TOKENS = ("LOAD_H", "LOAD_W", "FMA")
 BEFORE = (("LOAD_H", "FMA"), ("LOAD_W", "FMA"))
 MAX_ELEMS_PER_THREAD = 64  # of the W tile (and a tile accumulator)
 
 
-class TritonGatherGemvTemplate(Template):
+class TritonGatherGemvTemplate(TritonTemplate):
     """The Triton template of :class:`~core.workloads.gather_gemv.GatherGemvWorkload`."""
-
-    backend = "triton"
 
     def gene_space(self) -> GeneSpace:
         groups = {
             "parallel_config": (
                 ChoiceGene("block_j", (4, 8, 16, 32), "candidates per program"),
                 ChoiceGene("block_k", (128, 256, 512, 1024), "hidden elements per chunk"),
-                ChoiceGene("num_warps", (1, 2, 4, 8), "warps per program"),
+                num_warps_gene((1, 2, 4, 8)),
                 ChoiceGene("grid", ("tokens_first", "cands_first"), "grid axis 0 is the token, or the candidate block"),
             ),
             "memory_pattern": (
                 ChoiceGene("w_eviction", ("", "evict_first"), "L2 eviction policy of the W loads"),
                 ChoiceGene("h_eviction", ("", "evict_last"), "L2 eviction policy of the h loads"),
                 ChoiceGene("stages", (1, 2, 3), "num_stages of the hidden loop (pipelined loads)"),
-                ChoiceGene("masks", ("always", "even"), "mask every chunk, or only when the shape needs it"),
+                masks_gene("mask every chunk, or only when the shape needs it"),
             ),
             "register_allocation": (
                 MapGene("regs", (("acc", ("tile", "row")), ("unroll", (1, 2))),
@@ -53,10 +52,7 @@ class TritonGatherGemvTemplate(Template):
 
         def fits(g: Genome) -> str | None:
             p = g["parallel_config"]
-            per_thread = p["block_j"] * p["block_k"] // (32 * p["num_warps"])
-            if per_thread > MAX_ELEMS_PER_THREAD:
-                return f"{per_thread} elements per thread (> {MAX_ELEMS_PER_THREAD})"
-            return None
+            return per_thread_violation(p["block_j"] * p["block_k"] // (32 * p["num_warps"]), MAX_ELEMS_PER_THREAD)
 
         seeds = ({"parallel_config": {"block_j": 4, "block_k": 512, "num_warps": 4, "grid": "tokens_first"},
                   "memory_pattern": {"w_eviction": "", "h_eviction": "", "stages": 1, "masks": "always"},
@@ -78,14 +74,12 @@ class TritonGatherGemvTemplate(Template):
         return g
 
     def render(self, genome: Genome) -> KernelSource:
-        p = genome["parallel_config"]
-        source = render_module(p, genome["memory_pattern"], genome["register_allocation"]["regs"],
-                               genome["instruction_sequence"]["body"])
+        p, m, regs, body = gene_groups_of(genome)
         threads = 32 * p["num_warps"]
         per_thread = max(1, p["block_j"] * p["block_k"] // threads)
-        resources = {"threads": threads, "shared_bytes": 0, "registers": min(255, 32 + 2 * per_thread)}
         launch = {"block_j": p["block_j"], "block_k": p["block_k"], "num_warps": p["num_warps"], "grid": p["grid"]}
-        return KernelSource("triton", source, "abebot_gather_gemv", (), launch, resources)
+        return self.kernel_source(render_module(p, m, regs, body), "abebot_gather_gemv", launch, threads,
+                                  min(255, 32 + 2 * per_thread))
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], Any]:
         h, W, ids, logits = t["h"], t["W"], t["ids"], t["logits"]
@@ -96,27 +90,20 @@ TEMPLATE = TritonGatherGemvTemplate
 
 
 def _body(body: tuple, m: dict, regs: dict, masked: bool) -> list[str]:
-    wev = f', eviction_policy="{m["w_eviction"]}"' if m["w_eviction"] else ""
-    hev = f', eviction_policy="{m["h_eviction"]}"' if m["h_eviction"] else ""
+    wev, hev = eviction(m["w_eviction"]), eviction(m["h_eviction"])
     hmask = ", mask=kmask, other=0.0" if masked else ""
     wmask = ", mask=jmask[:, None] & kmask[None, :], other=0.0" if masked else ""
-    out = ["kk = k0 + tl.arange(0, BK)"] + (["kmask = kk < K"] if masked else [])
-    for tok in body:
-        if tok == "LOAD_H":
-            out.append(f"hv = tl.load(h_ptr + t * K + kk{hmask}{hev}).to(tl.float32)")
-        elif tok == "LOAD_W":
-            out.append(f"wv = tl.load(rows + kk[None, :]{wmask}{wev}).to(tl.float32)")
-        elif tok == "FMA":
-            out.append("acc += wv * hv[None, :]" if regs["acc"] == "tile" else "acc += tl.sum(wv * hv[None, :], axis=1)")
-    return out
+    steps = {"LOAD_H": [f"hv = tl.load(h_ptr + t * K + kk{hmask}{hev}).to(tl.float32)"],
+             "LOAD_W": [f"wv = tl.load(rows + kk[None, :]{wmask}{wev}).to(tl.float32)"],
+             "FMA": ["acc += wv * hv[None, :]" if regs["acc"] == "tile" else "acc += tl.sum(wv * hv[None, :], axis=1)"]}
+    return ["kk = k0 + tl.arange(0, BK)"] + (["kmask = kk < K"] if masked else []) + in_order(body, steps)
 
 
 def render_module(p: dict, m: dict, regs: dict, body: tuple) -> str:
     loop = f"for k0 in tl.range(0, K, BK, num_stages={m['stages']}, loop_unroll_factor={regs['unroll']}):"
-    masked = ["    " + ln for ln in _body(body, m, regs, True)]
+    masked = indent(_body(body, m, regs, True))
     if m["masks"] == "even":  # an unmasked twin, taken when the chunks and candidate blocks fill the shape
-        bare = ["    " + ln for ln in _body(body, m, regs, False)]
-        k = ["if EVEN:", "    " + loop] + ["    " + ln for ln in bare] + ["else:", "    " + loop] + ["    " + ln for ln in masked]
+        k = even_twin([loop] + indent(_body(body, m, regs, False)), [loop] + masked)
     else:
         k = [loop] + masked
     acc0 = "tl.zeros((BJ, BK), dtype=tl.float32)" if regs["acc"] == "tile" else "tl.zeros((BJ,), dtype=tl.float32)"
@@ -132,7 +119,7 @@ def render_module(p: dict, m: dict, regs: dict, body: tuple) -> str:
          "    ids = tl.load(ids_ptr + t * J + jj, mask=jmask, other=0).to(tl.int64)",
          "    rows = w_ptr + ids[:, None] * K",
          f"    acc = {acc0}"]
-        + ["    " + ln for ln in k]
+        + indent(k)
         + [f"    tl.store(o_ptr + t * J + jj, ({out}).to(o_ptr.dtype.element_ty), mask=jmask)"])
     grid = "(T, triton.cdiv(J, BJ))" if p["grid"] == "tokens_first" else "(triton.cdiv(J, BJ), T)"
     return f'''"""AbeBot generated Triton gathered GEMV: logits[t, j] = h[t] . W[ids[t, j]]."""

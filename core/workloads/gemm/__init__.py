@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload, scaled_by_sqrt_sqrt
+from core.workloads.spec import (Baseline, family_templates, Normal, Param, Tensor, verification_shapes, Workload,
+                                 scaled_by_sqrt_sqrt)
 
 # Odd shapes, not a multiple of any tile, vector width or unroll factor a template may pick.
 ODD_SHAPES = ({"m": 67, "n": 53, "k": 41}, {"m": 131, "n": 97, "k": 263})
@@ -27,23 +28,18 @@ class GemmWorkload(Workload):
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
     )
     templates = family_templates(__name__, "c", "cuda", "triton")
+    tolerances = TOLERANCE
+    permuted_along = "m"
 
     def tensors(self, problem: dict) -> list[Tensor]:
         init = Normal(scale=scaled_by_sqrt_sqrt("k"))
         return [Tensor("a", ("m", "k"), init=init), Tensor("b", ("k", "n"), init=init), Tensor("c", ("m", "n"), "output")]
 
     def shapes(self, problem: dict) -> list[dict]:
-        main = {k: problem[k] for k in ("m", "n", "k")}
-        return [main] + [dict(s) for s in ODD_SHAPES if s != main]
+        return verification_shapes(problem, ("m", "n", "k"), *ODD_SHAPES)
 
     def reference(self, xp: Any, t: dict, problem: dict) -> dict:
         return {"c": t["a"] @ t["b"]}
-
-    def perturbation(self, problem: dict) -> str | None:
-        return "m"
-
-    def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
-        return TOLERANCE[dtype]
 
     def flops(self, shape: dict, problem: dict) -> float:
         return 2.0 * shape["m"] * shape["n"] * shape["k"]

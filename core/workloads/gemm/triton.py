@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.template import Template
+from core.workloads.triton_common import TritonTemplate, gene_groups_of, in_order, indent
 from core.backends.arrays import dtype_bytes
 
 LOOP_TOKENS = ("LOAD_A", "LOAD_B", "DOT", "ADVANCE")
@@ -28,8 +28,8 @@ def _acc_regs(g: Genome) -> int:
     return per_thread * (2 if g["register_allocation"]["regs"]["acc"] == "split2" else 1)
 
 
-class TritonGemmTemplate(Template):
-    backend = "triton"
+class TritonGemmTemplate(TritonTemplate):
+    """The Triton template of :class:`~core.workloads.gemm.GemmWorkload`."""
 
     def gene_space(self) -> GeneSpace:
         groups = {
@@ -100,15 +100,12 @@ class TritonGemmTemplate(Template):
         return m["num_stages"] * (max(p["block_m"], 64) + p["block_n"]) * m["block_k"] * elt + 1024
 
     def render(self, genome: Genome) -> KernelSource:
-        p, m = genome["parallel_config"], genome["memory_pattern"]
-        regs, loop = genome["register_allocation"]["regs"], genome["instruction_sequence"]["loop"]
-        source = render_module(p, m, regs, loop, self.problem["dtype"])
-        threads = 32 * p["num_warps"]
-        resources = {"shared_bytes": self._smem(genome), "threads": threads,
-                     "registers": max(32, min(255, _acc_regs(genome) + 40))}
+        p, m, regs, loop = gene_groups_of(genome, "loop")
         launch = {"block_m": p["block_m"], "block_n": p["block_n"], "block_k": m["block_k"], "split_k": p["split_k"],
                   "num_warps": p["num_warps"], "num_stages": m["num_stages"]}
-        return KernelSource("triton", source, "abebot_gemm", (), launch, resources)
+        return self.kernel_source(render_module(p, m, regs, loop, self.problem["dtype"]), "abebot_gemm", launch,
+                                  32 * p["num_warps"], max(32, min(255, _acc_regs(genome) + 40)),
+                                  shared_bytes=self._smem(genome))
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], Any]:
         a, b, c = t["a"], t["b"], t["c"]
@@ -154,39 +151,33 @@ def _prefetch_is_a_flag(g: Genome) -> Genome:
 CANONICALISERS = (_masked_edges_need_no_hints, _prefetch_is_not_pipelined, _prefetch_is_a_flag)
 
 
-def _body(loop: tuple, prefetch: bool, tma: bool, acc: str, k_expr: str, indent: str, wrap: bool = False,
+def _body(loop: tuple, prefetch: bool, tma: bool, acc: str, k_expr: str, pad: str, wrap: bool = False,
           ieee: bool = False) -> list[str]:
     """The loop statements in the genome's order for one K tile accumulated into ``acc``."""
-    lines = []
     mm = "" if wrap else "mask_m[:, None] & "
     mn = "" if wrap else " & mask_n[None, :]"
     nxt = "_n" if prefetch else ""
     koff = f"({k_expr} + 1) * BLOCK_K" if prefetch else f"{k_expr} * BLOCK_K"
-    for tok in loop:
-        if tok == "LOAD_A":
-            if tma:
-                lines.append(f"a{nxt} = a_desc.load([off_m, {koff}])")
-            else:
-                step = " + BLOCK_K * stride_ak" if prefetch else ""
-                lines.append(f"a{nxt} = tl.load(a_ptrs{step}, mask={mm}(offs_k[None, :] < k_end - {koff}), other=0.0)")
-        elif tok == "LOAD_B":
-            if tma:
-                lines.append(f"b{nxt} = b_desc.load([{koff}, off_n])")
-            else:
-                step = " + BLOCK_K * stride_bk" if prefetch else ""
-                lines.append(f"b{nxt} = tl.load(b_ptrs{step}, mask=(offs_k[:, None] < k_end - {koff}){mn}, other=0.0)")
-        elif tok == "DOT":
-            prec = ", input_precision='ieee'" if ieee else ""
-            lines.append(f"{acc} = tl.dot(a, b, {acc}{prec})")
-        elif tok == "ADVANCE":
-            if not tma:
-                lines.append("a_ptrs += BLOCK_K * stride_ak")
-                lines.append("b_ptrs += BLOCK_K * stride_bk")
-            else:
-                lines.append("pass  # TMA tiles are addressed by coordinates: nothing to advance")
+
+    def load(x: str, coords: str, mask: str) -> list[str]:
+        """The load of operand ``x``'s tile (the next one with PREFETCH): TMA coordinates, or pointers."""
+        if tma:
+            return [f"{x}{nxt} = {x}_desc.load([{coords}])"]
+        step = f" + BLOCK_K * stride_{x}k" if prefetch else ""
+        return [f"{x}{nxt} = tl.load({x}_ptrs{step}, mask={mask}, other=0.0)"]
+
+    prec = ", input_precision='ieee'" if ieee else ""
+    lines = in_order(loop, {
+        "LOAD_A": load("a", f"off_m, {koff}", f"{mm}(offs_k[None, :] < k_end - {koff})"),
+        "LOAD_B": load("b", f"{koff}, off_n", f"(offs_k[:, None] < k_end - {koff}){mn}"),
+        "DOT": [f"{acc} = tl.dot(a, b, {acc}{prec})"],
+        "ADVANCE": (["pass  # TMA tiles are addressed by coordinates: nothing to advance"] if tma
+                    else ["a_ptrs += BLOCK_K * stride_ak", "b_ptrs += BLOCK_K * stride_bk"]),
+        "PREFETCH": [],  # a flag, not a statement: every load above fetches the next tile
+    })
     if prefetch:
         lines.append("a, b = a_n, b_n")
-    return [indent + ln for ln in lines]
+    return [pad + ln for ln in lines]
 
 
 def render_module(p: dict, m: dict, regs: dict, loop: tuple, dtype: str) -> str:
@@ -279,14 +270,13 @@ def _render_kernel(name: str, p: dict, m: dict, regs: dict, loop: tuple, tma: bo
     split2 = regs["acc"] == "split2"
     wrap = m["edge"] == "wrap"
     hints = m["hints"] == "contiguous"
-    ind = " " * (8 if persistent else 4)
     if tma:
         args = "a_desc, b_desc, c_ptr, M, N, K, stride_cm"
     else:
         args = "a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm"
-    L = [f"@triton.jit",
+    L = ["@triton.jit",
          f"def {name}({args},",
-         f"        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr):"]
+         "        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr):"]
     if persistent:
         L += ["    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)",
               "    for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):"]
@@ -339,7 +329,7 @@ def _render_kernel(name: str, p: dict, m: dict, regs: dict, loop: tuple, tma: bo
           "    tl.store(c_ptr + pid_k * M * N + offs_m[:, None] * N + offs_n[None, :], acc, mask=mask_c)",
           "else:",
           "    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask_c)"]
-    L += [ind + ln for ln in b]
+    L += indent(b, 2 if persistent else 1)
     return "\n".join(L) + "\n"
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload
+from core.workloads.spec import (Baseline, compiled_once, family_templates, Normal, Param, Tensor,
+                                 verification_shapes, Workload)
 
 TOLERANCE = {"bfloat16": (1e-2, 1e-2), "float16": (1e-2, 1e-2), "float32": (1e-5, 1e-5)}
 
@@ -26,6 +27,8 @@ class RmsNormWorkload(Workload):
         Param("eps", 1e-6, kind="real", low=0.0, high=1.0),
     )
     templates = family_templates(__name__, "c", "cuda", "triton")
+    tolerances = TOLERANCE
+    permuted_along = "rows"
 
     def tensors(self, problem: dict) -> list[Tensor]:
         out = [Tensor("x", ("rows", "cols")), Tensor("w", ("cols",), init=Normal(mean=1.0, std=0.5))]
@@ -34,10 +37,8 @@ class RmsNormWorkload(Workload):
         return out + [Tensor("out", ("rows", "cols"), "output")]
 
     def shapes(self, problem: dict) -> list[dict]:
-        main = {"rows": problem["rows"], "cols": problem["cols"]}
         # vLLM's tests use odd token counts (7, 83); an odd hidden size exercises the tail code.
-        odd = [{"rows": 83, "cols": 1031}, {"rows": 7, "cols": problem["cols"]}]
-        return [main] + [s for s in odd if s != main]
+        return verification_shapes(problem, ("rows", "cols"), {"rows": 83, "cols": 1031}, {"rows": 7})
 
     def reference(self, xp: Any, t: dict, problem: dict) -> dict:
         x = t["x"] + t["residual"] if problem["residual"] else t["x"]
@@ -45,12 +46,6 @@ class RmsNormWorkload(Workload):
         if problem["residual"]:
             out["residual"] = x
         return out
-
-    def perturbation(self, problem: dict) -> str | None:
-        return "rows"
-
-    def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
-        return TOLERANCE[dtype]
 
     def flops(self, shape: dict, problem: dict) -> float:
         return 4.0 * shape["rows"] * shape["cols"]
@@ -89,16 +84,11 @@ def _eager_native(t: dict, problem: dict) -> dict:
     return _native_outputs(forward_native(t["x"], t["w"], problem["eps"], t.get("residual")))
 
 
-_COMPILED: dict = {}
+_compiled_forward_native = compiled_once(forward_native)
 
 
 def _compiled_native(t: dict, problem: dict) -> dict:
-    import torch
-
-    fn = _COMPILED.get("fn")
-    if fn is None:
-        fn = _COMPILED["fn"] = torch.compile(forward_native, dynamic=False)
-    return _native_outputs(fn(t["x"], t["w"], problem["eps"], t.get("residual")))
+    return _native_outputs(_compiled_forward_native(t["x"], t["w"], problem["eps"], t.get("residual")))
 
 
 def _torch_rms(t: dict, problem: dict) -> dict:

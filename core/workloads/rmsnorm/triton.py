@@ -16,24 +16,21 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.template import Template
+from core.workloads.triton_common import (TritonTemplate, cache_modifier, eviction, gene_groups_of, in_order, indent,
+                                          next_pow2, num_warps_gene, per_thread_violation)
 
 TOKENS = ("LOAD_X", "LOAD_W", "REDUCE", "STORE")
 MAX_ELEMS_PER_THREAD = 64  # more than this per thread spills on every variant
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-class TritonRmsNormTemplate(Template):
-    backend = "triton"
+class TritonRmsNormTemplate(TritonTemplate):
+    """The Triton template of :class:`~core.workloads.rmsnorm.RmsNormWorkload`."""
 
     def gene_space(self) -> GeneSpace:
         groups = {
             "parallel_config": (
                 ChoiceGene("rows_per_program", (1, 2, 4, 8), "rows normalised by one program"),
-                ChoiceGene("num_warps", (1, 2, 4, 8, 16), "warps per program"),
+                num_warps_gene((1, 2, 4, 8, 16)),
                 ChoiceGene("schedule", ("rows", "persistent"), "one program per row block, or a persistent grid"),
                 ChoiceGene("waves", (1, 2, 4, 8), "programs per SM of the persistent grid"),
             ),
@@ -55,13 +52,9 @@ class TritonRmsNormTemplate(Template):
 
         def fits(g: Genome) -> str | None:
             p, m = g["parallel_config"], g["memory_pattern"]
-            width = m["block_cols"] or _next_pow2(cols)
-            per_thread = p["rows_per_program"] * min(width, _next_pow2(cols)) // (32 * p["num_warps"])
-            if per_thread > MAX_ELEMS_PER_THREAD:
-                return f"{per_thread} elements per thread (> {MAX_ELEMS_PER_THREAD})"
-            if per_thread < 1:
-                return "fewer elements than threads"
-            return None
+            width = m["block_cols"] or next_pow2(cols)
+            per_thread = p["rows_per_program"] * min(width, next_pow2(cols)) // (32 * p["num_warps"])
+            return per_thread_violation(per_thread, MAX_ELEMS_PER_THREAD, least=1)
 
         seed = {"parallel_config": {"rows_per_program": 1, "num_warps": 8, "schedule": "rows", "waves": 1},
                 "memory_pattern": {"block_cols": 0, "x_eviction": "evict_first", "store": ""},
@@ -75,16 +68,15 @@ class TritonRmsNormTemplate(Template):
         return GeneSpace(groups, (fits,), (seed,), canonicalisers=canonicalisers, hints=hints)
 
     def render(self, genome: Genome) -> KernelSource:
-        p, m = genome["parallel_config"], genome["memory_pattern"]
-        regs, body = genome["register_allocation"]["regs"], genome["instruction_sequence"]["body"]
+        p, m, regs, body = gene_groups_of(genome)
         source = render_module(p, m, regs, body, bool(self.problem["residual"]))
-        width = m["block_cols"] or _next_pow2(self.problem["cols"])
+        width = m["block_cols"] or next_pow2(self.problem["cols"])
         threads = 32 * p["num_warps"]
         per_thread = max(1, p["rows_per_program"] * width // threads)
-        resources = {"threads": threads, "shared_bytes": 4 * 32 * p["rows_per_program"],
-                     "registers": min(255, 24 + per_thread * (2 if regs["x_keep"] == "fp32" else 1))}
         launch = {"rows_per_program": p["rows_per_program"], "num_warps": p["num_warps"], "block_cols": m["block_cols"]}
-        return KernelSource("triton", source, "abebot_rmsnorm", (), launch, resources)
+        return self.kernel_source(source, "abebot_rmsnorm", launch, threads,
+                                  min(255, 24 + per_thread * (2 if regs["x_keep"] == "fp32" else 1)),
+                                  shared_bytes=4 * 32 * p["rows_per_program"])
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], Any]:
         x, w, out, res, eps = t["x"], t["w"], t["out"], t.get("residual"), self.problem["eps"]
@@ -145,7 +137,7 @@ CANONICALISERS = (_persistent_only, _whole_row_only, _body_order)
 
 
 def _load_x(res: bool, evict: str, keep: str, offs: str, mask: str) -> list[str]:
-    hint = f', eviction_policy="{evict}"' if evict else ""
+    hint = eviction(evict)
     lines = [f"x = tl.load(x_ptr + {offs}, mask={mask}, other=0.0{hint}).to(tl.float32)"]
     if res:
         lines += [f"x += tl.load(r_ptr + {offs}, mask={mask}, other=0.0{hint}).to(tl.float32)",
@@ -160,7 +152,7 @@ def render_module(p: dict, m: dict, regs: dict, body: tuple, res: bool) -> str:
     persistent = p["schedule"] == "persistent"
     hoist = persistent and regs["w_hoist"] == "yes" and not chunked
     xf = "x.to(tl.float32)" if regs["x_keep"] == "input" else "x"
-    store_mod = f', cache_modifier="{m["store"]}"' if m["store"] else ""
+    store_mod = cache_modifier(m["store"])
     if regs["out_math"] == "vllm":
         out_expr = "(xf * rstd[:, None]).to(o_ptr.dtype.element_ty) * w"
     else:
@@ -172,32 +164,25 @@ def render_module(p: dict, m: dict, regs: dict, body: tuple, res: bool) -> str:
     if not chunked:
         k += ["cols = tl.arange(0, BLOCK)", "cmask = cols < n_cols",
               "mask = rmask[:, None] & cmask[None, :]", "offs = rows[:, None] * stride + cols[None, :]"]
-        for tok in body:
-            if tok == "LOAD_X":
-                k += _load_x(res, m["x_eviction"], regs["x_keep"], "offs", "mask")
-            elif tok == "LOAD_W":
-                k += [] if hoist else [w_load]
-            elif tok == "REDUCE":
-                k += [f"xf = {xf}", "rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)"]
-            elif tok == "STORE":
-                k += [f"xf = {xf}", f"tl.store(o_ptr + offs, ({out_expr}).to(o_ptr.dtype.element_ty), mask=mask{store_mod})"]
+        k += in_order(body, {
+            "LOAD_X": _load_x(res, m["x_eviction"], regs["x_keep"], "offs", "mask"),
+            "LOAD_W": [] if hoist else [w_load],
+            "REDUCE": [f"xf = {xf}", "rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)"],
+            "STORE": [f"xf = {xf}", f"tl.store(o_ptr + offs, ({out_expr}).to(o_ptr.dtype.element_ty), mask=mask{store_mod})"]})
     else:  # two passes over column chunks; the second re-reads x (or the residual sum just written)
         k += ["acc = tl.zeros((ROWS, BLOCK), dtype=tl.float32)",
               "for c0 in range(0, n_cols, BLOCK):",
               "    cols = c0 + tl.arange(0, BLOCK)", "    cmask = cols < n_cols",
               "    mask = rmask[:, None] & cmask[None, :]", "    offs = rows[:, None] * stride + cols[None, :]"]
-        k += ["    " + ln for ln in _load_x(res, m["x_eviction"], regs["x_keep"], "offs", "mask")]
+        k += indent(_load_x(res, m["x_eviction"], regs["x_keep"], "offs", "mask"))
         k += [f"    xf = {xf}", "    acc += xf * xf",
               "rstd = tl.rsqrt(tl.sum(acc, axis=1) / n_cols + eps)",
               "for c0 in range(0, n_cols, BLOCK):",
               "    cols = c0 + tl.arange(0, BLOCK)", "    cmask = cols < n_cols",
               "    mask = rmask[:, None] & cmask[None, :]", "    offs = rows[:, None] * stride + cols[None, :]"]
-        src = "r_ptr" if res else "x_ptr"
-        for tok in body:
-            if tok == "LOAD_X":
-                k += [f"    xf = tl.load({src} + offs, mask=mask, other=0.0).to(tl.float32)"]
-            elif tok == "LOAD_W":
-                k += ["    " + w_load]
+        src = "r_ptr" if res else "x_ptr"  # reduce and store stand in fixed places; only the loads are ordered
+        k += indent(in_order(body, {"LOAD_X": [f"xf = tl.load({src} + offs, mask=mask, other=0.0).to(tl.float32)"],
+                                    "LOAD_W": [w_load], "REDUCE": [], "STORE": []}))
         k += [f"    tl.store(o_ptr + offs, ({out_expr}).to(o_ptr.dtype.element_ty), mask=mask{store_mod})"]
 
     lines = ["@triton.jit",
@@ -207,9 +192,9 @@ def render_module(p: dict, m: dict, regs: dict, body: tuple, res: bool) -> str:
         if hoist:
             lines += ["    cols = tl.arange(0, BLOCK)", "    cmask = cols < n_cols", "    " + w_load]
         lines += ["    for blk in range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0)):"]
-        lines += ["        " + ln for ln in k]
+        lines += indent(k, 2)
     else:
-        lines += ["    blk = tl.program_id(0)"] + ["    " + ln for ln in k]
+        lines += ["    blk = tl.program_id(0)"] + indent(k)
     kernel = "\n".join(lines)
     return f'''"""AbeBot generated Triton RMSNorm (residual={res})."""
 import torch

@@ -35,7 +35,8 @@ from __future__ import annotations
 from typing import Any
 
 from core.workloads.rmsnorm import forward_native
-from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload
+from core.workloads.spec import (Baseline, compiled_once, family_templates, Normal, Param, Tensor,
+                                 verification_shapes, Workload)
 from core.workloads.w4a16 import GROUP, TOLERANCE as W4A16_TOLERANCE
 from core.workloads.w4a16 import _numpy_dequant_matmul, _Scales, _Words, dequant_matmul, dequantize, int4pack
 
@@ -56,6 +57,8 @@ class RmsNormW4A16Workload(Workload):
         Param("eps", 1e-5, kind="real", low=0.0, high=1.0),
     )
     templates = family_templates(__name__, "c", "cuda", "triton")
+    tolerances = TOLERANCE
+    permuted_along = "m"
 
     def tensors(self, problem: dict) -> list[Tensor]:
         return [Tensor("x", ("m", "k_groups", GROUP), init=Normal()),
@@ -65,10 +68,8 @@ class RmsNormW4A16Workload(Workload):
                 Tensor("y", ("m", "n"), "output")]
 
     def shapes(self, problem: dict) -> list[dict]:
-        main = {k: problem[k] for k in ("m", "n", "k_groups")}
         # K = 896 and 1152 (not multiples of 1024, nor of any K split or batch); odd N and M
-        odd = [{"m": 3, "n": 67, "k_groups": 7}, {**main, "m": 5, "k_groups": 9}]
-        return [main] + [s for s in odd if s != main]
+        return verification_shapes(problem, ("m", "n", "k_groups"), {"m": 3, "n": 67, "k_groups": 7}, {"m": 5, "k_groups": 9})
 
     def reference(self, xp: Any, t: dict, problem: dict) -> dict:
         x = t["x"].reshape(t["x"].shape[0], -1)
@@ -79,12 +80,6 @@ class RmsNormW4A16Workload(Workload):
         """The quantised weights and scales, which a template may repack (the CUDA tensor-core path
         does); x and gamma never reach a repack."""
         return ("qweight", "scales")
-
-    def perturbation(self, problem: dict) -> str | None:
-        return "m"
-
-    def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
-        return TOLERANCE[dtype]
 
     def flops(self, shape: dict, problem: dict) -> float:
         k = GROUP * shape["k_groups"]
@@ -114,16 +109,12 @@ def _eager(t: dict, problem: dict) -> Any:
     return rmsnorm_dequant_matmul(t["x"], t["gamma"], t["qweight"], t["scales"], problem["eps"])
 
 
-_COMPILED: dict = {}
+_compiled_rmsnorm_dequant_matmul = compiled_once(rmsnorm_dequant_matmul)
+_compiled_norm = compiled_once(forward_native)
 
 
 def _compiled(t: dict, problem: dict) -> Any:
-    import torch
-
-    fn = _COMPILED.get("fn")
-    if fn is None:
-        fn = _COMPILED["fn"] = torch.compile(rmsnorm_dequant_matmul, dynamic=False)
-    return fn(t["x"], t["gamma"], t["qweight"], t["scales"], problem["eps"])
+    return _compiled_rmsnorm_dequant_matmul(t["x"], t["gamma"], t["qweight"], t["scales"], problem["eps"])
 
 
 def _int4pack(t: dict, problem: dict) -> Any:
@@ -131,12 +122,9 @@ def _int4pack(t: dict, problem: dict) -> Any:
 
     if "_int4pack" not in t:  # once per case, like a model's load-time repack
         t["_int4pack"] = int4pack(t["qweight"], t["scales"])
-    norm = _COMPILED.get("norm")
-    if norm is None:
-        norm = _COMPILED["norm"] = torch.compile(forward_native, dynamic=False)
     packed, scales_zeros = t["_int4pack"]
     x = t["x"]
-    xn = norm(x.reshape(x.shape[0], -1), t["gamma"].reshape(-1), problem["eps"])
+    xn = _compiled_norm(x.reshape(x.shape[0], -1), t["gamma"].reshape(-1), problem["eps"])
     return torch._weight_int4pack_mm(xn, packed, GROUP, scales_zeros)
 
 

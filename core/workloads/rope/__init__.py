@@ -43,18 +43,10 @@ from __future__ import annotations
 from typing import Any
 
 from core.backends.arrays import dtype_bytes
-from core.workloads.spec import Baseline, family_templates, Param, Tensor, Uniform, Workload
+from core.workloads.spec import (Baseline, compiled_once, family_templates, Indices, Param, Tensor, Uniform,
+                                 verification_shapes, Workload)
 
 TOLERANCE = {"bfloat16": (2e-2, 1.6e-2), "float16": (4e-3, 1e-3), "float32": (1e-5, 1e-5)}
-
-
-class _Positions:
-    """Token positions: integers drawn uniformly from the cache's rows (``max_positions``)."""
-
-    def draw(self, arrays: Any, shape: tuple, dtype: str, gen: Any, problem_shape: dict) -> Any:
-        # Drawn in float32 and truncated: the upper end stays a row below max_positions, so a float
-        # rounding up to max_positions cannot index past the cache.
-        return arrays.uniform(shape, dtype, gen, 0.0, float(max(1, problem_shape["max_positions"] - 1)))
 
 
 class RopeWorkload(Workload):
@@ -69,19 +61,20 @@ class RopeWorkload(Workload):
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
     )
     templates = family_templates(__name__, "c", "cuda", "triton")
+    tolerances = TOLERANCE
+    permuted_along = "tokens"
 
     def tensors(self, problem: dict) -> list[Tensor]:
-        return [Tensor("positions", ("tokens",), init=_Positions(), dtype="int32"),
+        # token positions: integers drawn uniformly over the cache's rows
+        return [Tensor("positions", ("tokens",), init=Indices("max_positions"), dtype="int32"),
                 Tensor("cos_sin_cache", ("max_positions", 2, "half_dim"), init=Uniform(-1.0, 1.0)),
                 Tensor("q", ("tokens", "q_heads", 2, "half_dim"), "inout"),
                 Tensor("k", ("tokens", "kv_heads", 2, "half_dim"), "inout")]
 
     def shapes(self, problem: dict) -> list[dict]:
-        keys = ("tokens", "q_heads", "kv_heads", "half_dim", "max_positions")
-        main = {k: problem[k] for k in keys}
         # an odd token count and half width (no vector width divides 33); then few, odd heads
-        odd = [{**main, "tokens": 7, "half_dim": 33}, {**main, "tokens": 3, "q_heads": 5, "kv_heads": 1}]
-        return [main] + [s for s in odd if s != main]
+        return verification_shapes(problem, ("tokens", "q_heads", "kv_heads", "half_dim", "max_positions"),
+                                   {"tokens": 7, "half_dim": 33}, {"tokens": 3, "q_heads": 5, "kv_heads": 1})
 
     def reference(self, xp: Any, t: dict, problem: dict) -> dict:
         pos = t["positions"]
@@ -97,12 +90,6 @@ class RopeWorkload(Workload):
             r[:, :, 1, :] = x2 * c + x1 * s
             out[name] = r
         return out
-
-    def perturbation(self, problem: dict) -> str | None:
-        return "tokens"
-
-    def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
-        return TOLERANCE[dtype]
 
     def flops(self, shape: dict, problem: dict) -> float:
         return 6.0 * shape["tokens"] * (shape["q_heads"] + shape["kv_heads"]) * shape["half_dim"]
@@ -155,16 +142,11 @@ def _eager_native(t: dict, problem: dict) -> dict:
     return _native(forward_native, t)
 
 
-_COMPILED: dict = {}
+_compiled_forward_native = compiled_once(forward_native)
 
 
 def _compiled_native(t: dict, problem: dict) -> dict:
-    import torch
-
-    fn = _COMPILED.get("fn")
-    if fn is None:
-        fn = _COMPILED["fn"] = torch.compile(forward_native, dynamic=False)
-    return _native(fn, t)
+    return _native(_compiled_forward_native, t)
 
 
 def _torch_cpu_native(t: dict, problem: dict) -> dict:

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.template import Template
+from core.workloads.triton_common import (TritonTemplate, cache_modifier, eviction, even_twin, gene_groups_of, in_order,
+                                          indent, masks_gene, next_pow2, num_warps_gene, per_thread_violation)
 
 TOKENS = ("LOAD_X1", "LOAD_X2", "LOAD_CS", "ROTATE", "STORE_X1", "STORE_X2")
 BEFORE = (("LOAD_X1", "ROTATE"), ("LOAD_X2", "ROTATE"), ("LOAD_CS", "ROTATE"), ("ROTATE", "STORE_X1"),
@@ -27,14 +28,8 @@ BEFORE = (("LOAD_X1", "ROTATE"), ("LOAD_X2", "ROTATE"), ("LOAD_CS", "ROTATE"), (
 MAX_ELEMS_PER_THREAD = 64  # of the four [heads, half] tiles together
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-class TritonRopeTemplate(Template):
+class TritonRopeTemplate(TritonTemplate):
     """The Triton template of :class:`~core.workloads.rope.RopeWorkload`."""
-
-    backend = "triton"
 
     def gene_space(self) -> GeneSpace:
         groups = {
@@ -42,13 +37,13 @@ class TritonRopeTemplate(Template):
                 ChoiceGene("tokens_per_program", (1, 2, 4, 8), "tokens one program rotates"),
                 ChoiceGene("head_splits", (1, 2, 4, 8), "programs sharing one token's head tiles"),
                 ChoiceGene("heads_per_block", (4, 8, 16, 32), "heads per tile"),
-                ChoiceGene("num_warps", (1, 2, 4, 8), "warps per program"),
+                num_warps_gene((1, 2, 4, 8)),
             ),
             "memory_pattern": (
                 ChoiceGene("x_eviction", ("", "evict_first", "evict_last"), "L2 eviction policy of the q/k loads"),
                 ChoiceGene("cs_eviction", ("", "evict_last"), "L2 eviction policy of the cos/sin loads"),
                 ChoiceGene("store", ("", ".cs"), "store cache modifier (.cs = streaming)"),
-                ChoiceGene("masks", ("always", "even"), "mask every access, or only when the shape needs it"),
+                masks_gene("mask every access, or only when the shape needs it"),
             ),
             "register_allocation": (
                 MapGene("regs", (("math", ("fp32", "input")), ("cs", ("hold", "reload"))),
@@ -56,14 +51,11 @@ class TritonRopeTemplate(Template):
             ),
             "instruction_sequence": (SequenceGene("body", TOKENS, (), BEFORE, "order of a tile's operations"),),
         }
-        half = _next_pow2(self.problem["half_dim"])
+        half = next_pow2(self.problem["half_dim"])
 
         def fits(g: Genome) -> str | None:
             p = g["parallel_config"]
-            per_thread = 4 * p["heads_per_block"] * half // (32 * p["num_warps"])
-            if per_thread > MAX_ELEMS_PER_THREAD:
-                return f"{per_thread} elements per thread (> {MAX_ELEMS_PER_THREAD})"
-            return None
+            return per_thread_violation(4 * p["heads_per_block"] * half // (32 * p["num_warps"]), MAX_ELEMS_PER_THREAD)
 
         seeds = ({"parallel_config": {"tokens_per_program": 1, "head_splits": 1, "heads_per_block": 8, "num_warps": 4},
                   "memory_pattern": {"x_eviction": "", "cs_eviction": "", "store": "", "masks": "always"},
@@ -80,20 +72,17 @@ class TritonRopeTemplate(Template):
         # Only the problem's own shape can fill the tiles (the spec's odd shapes never do): where it
         # does not either, the unmasked twin is never taken and "even" builds the masked kernel.
         bh, pr = g["parallel_config"]["heads_per_block"], self.problem
-        if pr["half_dim"] != _next_pow2(pr["half_dim"]) or pr["q_heads"] % bh or pr["kv_heads"] % bh:
+        if pr["half_dim"] != next_pow2(pr["half_dim"]) or pr["q_heads"] % bh or pr["kv_heads"] % bh:
             g = with_gene(g, "memory_pattern", "masks", "always")
         return g
 
     def render(self, genome: Genome) -> KernelSource:
-        p = genome["parallel_config"]
-        source = render_module(p, genome["memory_pattern"], genome["register_allocation"]["regs"],
-                               genome["instruction_sequence"]["body"])
+        p, m, regs, body = gene_groups_of(genome)
         threads = 32 * p["num_warps"]
-        per_thread = max(1, 4 * p["heads_per_block"] * _next_pow2(self.problem["half_dim"]) // threads)
-        resources = {"threads": threads, "shared_bytes": 0, "registers": min(255, 32 + per_thread)}
+        per_thread = max(1, 4 * p["heads_per_block"] * next_pow2(self.problem["half_dim"]) // threads)
         launch = {"tokens_per_program": p["tokens_per_program"], "head_splits": p["head_splits"],
                   "heads_per_block": p["heads_per_block"], "num_warps": p["num_warps"]}
-        return KernelSource("triton", source, "abebot_rope", (), launch, resources)
+        return self.kernel_source(render_module(p, m, regs, body), "abebot_rope", launch, threads, min(255, 32 + per_thread))
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], Any]:
         positions, cache, q, k = t["positions"], t["cos_sin_cache"], t["q"], t["k"]
@@ -121,50 +110,42 @@ def _fp32_math(g: Genome) -> Genome:
 CANONICALISERS = (_held_cs_loads_first,)
 
 
+def _cos_sin(m: dict, regs: dict) -> list[str]:
+    """The loads of the token's cos and sin, [1, half] each."""
+    cev, cast = eviction(m["cs_eviction"]), ".to(tl.float32)" if regs["math"] == "fp32" else ""
+    return [f"c = tl.load(cs_ptr + jj, mask=jmask{cev})[None, :]{cast}",
+            f"s = tl.load(cs_ptr + H + jj, mask=jmask{cev})[None, :]{cast}"]
+
+
 def _tile(body: tuple, m: dict, regs: dict) -> list[str]:
     """One [heads, half] tile of x (``x_ptr`` rows ``hh`` of ``nh``), in genome order."""
-    ev = f', eviction_policy="{m["x_eviction"]}"' if m["x_eviction"] else ""
-    st = f', cache_modifier="{m["store"]}"' if m["store"] else ""
-    cev = f', eviction_policy="{m["cs_eviction"]}"' if m["cs_eviction"] else ""
-    fp32 = regs["math"] == "fp32"
-    out = ["offs = (row + hh)[:, None] * (2 * H) + jj[None, :]", "mask = (hh[:, None] < nh) & jmask[None, :]"]
-    for tok in body:
-        if tok == "LOAD_X1":
-            out.append(f"x1 = tl.load(x_ptr + offs, mask=mask{ev})" + (".to(tl.float32)" if fp32 else ""))
-        elif tok == "LOAD_X2":
-            out.append(f"x2 = tl.load(x_ptr + offs + H, mask=mask{ev})" + (".to(tl.float32)" if fp32 else ""))
-        elif tok == "LOAD_CS" and regs["cs"] == "reload":
-            out += [f"c = tl.load(cs_ptr + jj, mask=jmask{cev})[None, :]" + (".to(tl.float32)" if fp32 else ""),
-                    f"s = tl.load(cs_ptr + H + jj, mask=jmask{cev})[None, :]" + (".to(tl.float32)" if fp32 else "")]
-        elif tok == "ROTATE":
-            out += ["o1 = x1 * c - x2 * s", "o2 = x2 * c + x1 * s"]
-        elif tok == "STORE_X1":
-            out.append(f"tl.store(x_ptr + offs, o1.to(x_ptr.dtype.element_ty), mask=mask{st})")
-        elif tok == "STORE_X2":
-            out.append(f"tl.store(x_ptr + offs + H, o2.to(x_ptr.dtype.element_ty), mask=mask{st})")
-    return out
+    ev, st = eviction(m["x_eviction"]), cache_modifier(m["store"])
+    cast = ".to(tl.float32)" if regs["math"] == "fp32" else ""
+    steps = {"LOAD_X1": [f"x1 = tl.load(x_ptr + offs, mask=mask{ev}){cast}"],
+             "LOAD_X2": [f"x2 = tl.load(x_ptr + offs + H, mask=mask{ev}){cast}"],
+             "LOAD_CS": _cos_sin(m, regs) if regs["cs"] == "reload" else [],
+             "ROTATE": ["o1 = x1 * c - x2 * s", "o2 = x2 * c + x1 * s"],
+             "STORE_X1": [f"tl.store(x_ptr + offs, o1.to(x_ptr.dtype.element_ty), mask=mask{st})"],
+             "STORE_X2": [f"tl.store(x_ptr + offs + H, o2.to(x_ptr.dtype.element_ty), mask=mask{st})"]}
+    return (["offs = (row + hh)[:, None] * (2 * H) + jj[None, :]", "mask = (hh[:, None] < nh) & jmask[None, :]"]
+            + in_order(body, steps))
 
 
 def render_module(p: dict, m: dict, regs: dict, body: tuple) -> str:
     tile = _tile(body, m, regs)
     if m["masks"] == "even":  # an unmasked twin of the tile, taken when heads and half fill the tiles
-        bare = [ln.replace(", mask=mask", "").replace(", mask=jmask", "") for ln in tile]
-        tile = ["if EVEN:"] + ["    " + ln for ln in bare] + ["else:"] + ["    " + ln for ln in tile]
-    fp32 = regs["math"] == "fp32"
-    cev = f', eviction_policy="{m["cs_eviction"]}"' if m["cs_eviction"] else ""
+        tile = even_twin([ln.replace(", mask=mask", "").replace(", mask=jmask", "") for ln in tile], tile)
     held = []
     if regs["cs"] == "hold":
-        cast = ".to(tl.float32)" if fp32 else ""
-        held = [f"c = tl.load(cs_ptr + jj, mask=jmask{cev})[None, :]{cast}",
-                f"s = tl.load(cs_ptr + H + jj, mask=jmask{cev})[None, :]{cast}"]
+        held = _cos_sin(m, regs)
         if m["masks"] == "even":
-            held = ["if EVEN:"] + ["    " + ln.replace(", mask=jmask", "") for ln in held] + ["else:"] + ["    " + ln for ln in held]
+            held = even_twin([ln.replace(", mask=jmask", "") for ln in held], held)
     helper = "\n".join(["@triton.jit",
                         "def _heads(x_ptr, cs_ptr, row, nh, h_first, H, jj, jmask,",
                         "           SPLITS: tl.constexpr, BH: tl.constexpr, EVEN: tl.constexpr):"]
-                       + ["    " + ln for ln in held]
+                       + indent(held)
                        + ["    for h0 in range(h_first, nh, SPLITS * BH):", "        hh = h0 + tl.arange(0, BH)"]
-                       + ["        " + ln for ln in tile])
+                       + indent(tile, 2))
     return f'''"""AbeBot generated Triton RoPE (NeoX style, in place)."""
 import triton
 import triton.language as tl

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload
+from core.workloads.spec import (Baseline, compiled_once, family_templates, Normal, Param, Tensor,
+                                 verification_shapes, Workload)
 
 TOLERANCE = {"bfloat16": (1e-3, 2e-2), "float16": (1e-3, 2e-3), "float32": (1e-5, 1e-5)}
 # Not a multiple of any vector width, block or unroll a template may pick (1031 is prime), and
@@ -46,6 +47,8 @@ class SiluMulWorkload(Workload):
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
     )
     templates = family_templates(__name__, "c", "cuda", "triton")
+    tolerances = TOLERANCE
+    permuted_along = "tokens"
 
     def tensors(self, problem: dict) -> list[Tensor]:
         return [Tensor("gate", ("tokens", "hidden"), init=Normal(std=2.0)),
@@ -53,19 +56,11 @@ class SiluMulWorkload(Workload):
                 Tensor("out", ("tokens", "hidden"), "output")]
 
     def shapes(self, problem: dict) -> list[dict]:
-        main = {"tokens": problem["tokens"], "hidden": problem["hidden"]}
-        odd = [{"tokens": 7, "hidden": ODD_HIDDEN}, {"tokens": 83, "hidden": problem["hidden"]}]
-        return [main] + [s for s in odd if s != main]
+        return verification_shapes(problem, ("tokens", "hidden"), {"tokens": 7, "hidden": ODD_HIDDEN}, {"tokens": 83})
 
     def reference(self, xp: Any, t: dict, problem: dict) -> dict:
         g = t["gate"]
         return {"out": g / (1 + xp.exp(-g)) * t["up"]}
-
-    def perturbation(self, problem: dict) -> str | None:
-        return "tokens"
-
-    def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
-        return TOLERANCE[dtype]
 
     def flops(self, shape: dict, problem: dict) -> float:
         return 5.0 * shape["tokens"] * shape["hidden"]
@@ -91,16 +86,11 @@ def _eager(t: dict, problem: dict) -> Any:
     return silu_mul_native(t["gate"], t["up"])
 
 
-_COMPILED: dict = {}
+_compiled_silu_mul = compiled_once(silu_mul_native)
 
 
 def _compiled(t: dict, problem: dict) -> Any:
-    import torch
-
-    fn = _COMPILED.get("fn")
-    if fn is None:
-        fn = _COMPILED["fn"] = torch.compile(silu_mul_native, dynamic=False)
-    return fn(t["gate"], t["up"])
+    return _compiled_silu_mul(t["gate"], t["up"])
 
 
 def _torch_cpu_silu_mul(t: dict, problem: dict) -> Any:

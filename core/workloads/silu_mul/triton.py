@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene, with_gene
-from core.workloads.template import Template
+from core.workloads.triton_common import (TritonTemplate, cache_modifier, eviction, even_twin, gene_groups_of, in_order,
+                                          indent, masks_gene, num_warps_gene, per_thread_violation)
 
 TOKENS = ("LOAD_GATE", "LOAD_UP", "SILU", "MUL", "STORE")
 BEFORE = (("LOAD_GATE", "SILU"), ("SILU", "MUL"), ("LOAD_UP", "MUL"), ("MUL", "STORE"))
@@ -34,23 +35,21 @@ def _elements(p: dict) -> int:
     return p["block"] * (1 if p["layout"] == "flat" else p["rows_per_program"])
 
 
-class TritonSiluMulTemplate(Template):
+class TritonSiluMulTemplate(TritonTemplate):
     """The Triton template of :class:`~core.workloads.silu_mul.SiluMulWorkload`."""
-
-    backend = "triton"
 
     def gene_space(self) -> GeneSpace:
         groups = {
             "parallel_config": (
                 ChoiceGene("block", (256, 512, 1024, 2048, 4096), "elements per program along a row (2-D) or of the flat array"),
-                ChoiceGene("num_warps", (1, 2, 4, 8, 16), "warps per program"),
+                num_warps_gene((1, 2, 4, 8, 16)),
                 ChoiceGene("rows_per_program", (1, 2, 4), "rows per program (2-D layout)"),
                 ChoiceGene("layout", ("2d", "flat"), "(row block, column block) grid, or one flat array"),
             ),
             "memory_pattern": (
                 ChoiceGene("eviction", ("", "evict_first", "evict_last"), "L2 eviction policy of the loads"),
                 ChoiceGene("hints", ("none", "contiguous"), "tl.multiple_of / tl.max_contiguous on the offsets"),
-                ChoiceGene("masks", ("always", "even"), "mask every access, or only when the shape is not a multiple of the block"),
+                masks_gene("mask every access, or only when the shape is not a multiple of the block"),
                 ChoiceGene("store", ("", ".cs"), "store cache modifier (.cs = streaming)"),
             ),
             "register_allocation": (
@@ -62,12 +61,7 @@ class TritonSiluMulTemplate(Template):
 
         def fits(g: Genome) -> str | None:
             p = g["parallel_config"]
-            per_thread = _elements(p) // (32 * p["num_warps"])
-            if per_thread > MAX_ELEMS_PER_THREAD:
-                return f"{per_thread} elements per thread (> {MAX_ELEMS_PER_THREAD})"
-            if per_thread < 1:
-                return "fewer elements than threads"
-            return None
+            return per_thread_violation(_elements(p) // (32 * p["num_warps"]), MAX_ELEMS_PER_THREAD, least=1)
 
         # A plain 2-D kernel (16 bytes per thread), and a flat one like torch.compile's generated
         # kernel: on an H200 (4096 x 14336) 81.7 us in bf16 and 161.5 in fp32 against its 82.0 and
@@ -84,15 +78,13 @@ class TritonSiluMulTemplate(Template):
         return GeneSpace(groups, (fits,), seeds, canonicalisers=canonicalisers)
 
     def render(self, genome: Genome) -> KernelSource:
-        p = genome["parallel_config"]
-        source = render_module(p, genome["memory_pattern"], genome["register_allocation"]["regs"],
-                               genome["instruction_sequence"]["body"])
+        p, m, regs, body = gene_groups_of(genome)
         threads = 32 * p["num_warps"]
         per_thread = max(1, _elements(p) // threads)
-        resources = {"threads": threads, "shared_bytes": 0, "registers": min(255, 24 + 3 * per_thread)}
         launch = {"block": p["block"], "num_warps": p["num_warps"], "rows_per_program": p["rows_per_program"],
                   "layout": p["layout"]}
-        return KernelSource("triton", source, "abebot_silu_mul", (), launch, resources)
+        return self.kernel_source(render_module(p, m, regs, body), "abebot_silu_mul", launch, threads,
+                                  min(255, 24 + 3 * per_thread))
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], Any]:
         gate, up, out = t["gate"], t["up"], t["out"]
@@ -129,8 +121,7 @@ CANONICALISERS = (_rows_2d_only, _hints_are_implied)
 
 def render_module(p: dict, m: dict, regs: dict, body: tuple) -> str:
     flat = p["layout"] == "flat"
-    ev = f', eviction_policy="{m["eviction"]}"' if m["eviction"] else ""
-    st = f', cache_modifier="{m["store"]}"' if m["store"] else ""
+    ev, st = eviction(m["eviction"]), cache_modifier(m["store"])
     k = []
     if flat:
         k += ["offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)"]
@@ -149,13 +140,13 @@ def render_module(p: dict, m: dict, regs: dict, body: tuple) -> str:
     if m["masks"] == "even":  # two instances of the body: masked, and unmasked when the shape divides
         k_even = _body(body, regs, ev, st, "", "")
         k_mask = _body(body, regs, ev, st, ", mask=mask, other=0.0", ", mask=mask")
-        k += ["if EVEN:"] + ["    " + ln for ln in k_even] + ["else:"] + ["    " + ln for ln in k_mask]
+        k += even_twin(k_even, k_mask)
     else:
         k += _body(body, regs, ev, st, mask, smask)
     kernel = "\n".join(["@triton.jit",
                         "def abebot_silu_mul(g_ptr, u_ptr, o_ptr, n_rows, n_cols,",
                         "                    ROWS: tl.constexpr, BLOCK: tl.constexpr, EVEN: tl.constexpr):"]
-                       + ["    " + ln for ln in k])
+                       + indent(k))
     return f'''"""AbeBot generated Triton SiLU-and-multiply."""
 import triton
 import triton.language as tl
@@ -181,19 +172,9 @@ def launch(gate, up, out):
 
 def _body(body: tuple, regs: dict, ev: str, st: str, mask: str, smask: str) -> list[str]:
     """The program's steps in genome order; the result is computed in fp32 unless ``mul`` says input."""
-    out = []
-    for tok in body:
-        if tok == "LOAD_GATE":
-            out.append(f"g = tl.load(g_ptr + offs{mask}{ev}).to(tl.float32)")
-        elif tok == "LOAD_UP":
-            out.append(f"u = tl.load(u_ptr + offs{mask}{ev})")
-        elif tok == "SILU":
-            out.append(f"s = {SILU[regs['silu']]}")
-        elif tok == "MUL":
-            if regs["mul"] == "fp32":
-                out.append("r = s * u.to(tl.float32)")
-            else:  # round SiLU to the input dtype and multiply there, as torch's eager path does
-                out.append("r = s.to(u.dtype) * u")
-        elif tok == "STORE":
-            out.append(f"tl.store(o_ptr + offs, r.to(o_ptr.dtype.element_ty){smask}{st})")
-    return out
+    # multiplying in the input dtype rounds SiLU to it first, as torch's eager path does
+    return in_order(body, {"LOAD_GATE": [f"g = tl.load(g_ptr + offs{mask}{ev}).to(tl.float32)"],
+                           "LOAD_UP": [f"u = tl.load(u_ptr + offs{mask}{ev})"],
+                           "SILU": [f"s = {SILU[regs['silu']]}"],
+                           "MUL": ["r = s * u.to(tl.float32)" if regs["mul"] == "fp32" else "r = s.to(u.dtype) * u"],
+                           "STORE": [f"tl.store(o_ptr + offs, r.to(o_ptr.dtype.element_ty){smask}{st})"]})

@@ -37,7 +37,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from core.workloads.spec import Baseline, family_templates, Normal, Param, Tensor, Workload
+from core.workloads.spec import (Baseline, compiled_once, family_templates, Normal, Param, Tensor,
+                                 verification_shapes, Workload)
 
 GROUP = 128
 TOLERANCE = {"bfloat16": (1e-2, 1.6e-2), "float16": (2e-3, 2e-3), "float32": (1e-4, 1e-4)}
@@ -80,6 +81,8 @@ class W4A16Workload(Workload):
         Param("zero_points", False, kind="flag"),
     )
     templates = family_templates(__name__, "c", "cuda", "triton")
+    tolerances = TOLERANCE
+    permuted_along = "m"
 
     def tensors(self, problem: dict) -> list[Tensor]:
         out = [Tensor("x", ("m", "k_groups", GROUP), init=Normal()),
@@ -90,10 +93,8 @@ class W4A16Workload(Workload):
         return out + [Tensor("y", ("m", "n"), "output")]
 
     def shapes(self, problem: dict) -> list[dict]:
-        main = {k: problem[k] for k in ("m", "n", "k_groups")}
         # K = 896 and 1152 (not multiples of 1024 or of any split); odd N and M; then M = 5 at full N
-        odd = [{"m": 3, "n": 67, "k_groups": 7}, {**main, "m": 5, "k_groups": 9}]
-        return [main] + [s for s in odd if s != main]
+        return verification_shapes(problem, ("m", "n", "k_groups"), {"m": 3, "n": 67, "k_groups": 7}, {"m": 5, "k_groups": 9})
 
     def reference(self, xp: Any, t: dict, problem: dict) -> dict:
         w = dequantize(xp, t["qweight"], t["scales"], t.get("zeros"))
@@ -104,12 +105,6 @@ class W4A16Workload(Workload):
         """The quantised weights, scales and zero points: a template may repack them (Marlin's
         layout, the C template's panels); the activations ``x`` never reach a repack."""
         return tuple(t.name for t in self.tensors(problem) if t.name in ("qweight", "scales", "zeros"))
-
-    def perturbation(self, problem: dict) -> str | None:
-        return "m"
-
-    def tolerance(self, dtype: str, shape: dict) -> tuple[float, float]:
-        return TOLERANCE[dtype]
 
     def flops(self, shape: dict, problem: dict) -> float:
         return 2.0 * shape["m"] * shape["n"] * GROUP * shape["k_groups"]
@@ -169,16 +164,11 @@ def _eager(t: dict, problem: dict) -> Any:
     return dequant_matmul(t["x"], t["qweight"], t["scales"], t.get("zeros"))
 
 
-_COMPILED: dict = {}
+_compiled_dequant_matmul = compiled_once(dequant_matmul)
 
 
 def _compiled(t: dict, problem: dict) -> Any:
-    import torch
-
-    fn = _COMPILED.get("fn")
-    if fn is None:
-        fn = _COMPILED["fn"] = torch.compile(dequant_matmul, dynamic=False)
-    return fn(t["x"], t["qweight"], t["scales"], t.get("zeros"))
+    return _compiled_dequant_matmul(t["x"], t["qweight"], t["scales"], t.get("zeros"))
 
 
 def _cublas(t: dict, problem: dict) -> None:

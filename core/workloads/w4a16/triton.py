@@ -23,16 +23,14 @@ from typing import Any, Callable
 
 from core.backends.base import KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
-from core.workloads.template import Template
+from core.workloads.triton_common import TritonTemplate, eviction, in_order, indent, num_warps_gene, per_thread_violation
 
 LOADS = ("LOAD_W", "LOAD_X")
 MAX_ELEMS_PER_THREAD = 128  # of the largest tile a step holds
 
 
-class TritonW4A16Template(Template):
+class TritonW4A16Template(TritonTemplate):
     """The Triton template of :class:`~core.workloads.w4a16.W4A16Workload`."""
-
-    backend = "triton"
 
     entry = "abebot_w4a16"
 
@@ -48,9 +46,8 @@ class TritonW4A16Template(Template):
                                self.problem["dtype"] == "float32", norm=self.norm(genome))
         threads = 32 * p["num_warps"]
         per_thread = max(1, 8 * p["k_words"] * p["block_n"] // threads)
-        resources = {"threads": threads, "shared_bytes": 0, "registers": min(255, 32 + per_thread)}
         launch = {"block_m": p["block_m"], "block_n": p["block_n"], "k_words": p["k_words"], "num_warps": p["num_warps"]}
-        return KernelSource("triton", source, self.entry, (), launch, resources)
+        return self.kernel_source(source, self.entry, launch, threads, min(255, 32 + per_thread))
 
     def norm(self, genome: Genome) -> str | None:
         """Where a fused RMSNorm applies 1/rms, "load" or "store" (a subclass's hook); None: W4A16 alone."""
@@ -80,7 +77,7 @@ def gene_groups() -> dict[str, tuple]:
             ChoiceGene("block_m", (1, 2, 4, 16, 32), "rows of y per program"),
             ChoiceGene("block_n", (32, 64, 128, 256), "columns of y per program"),
             ChoiceGene("k_words", (8, 16), "words per column per step (8 rows of K each)"),
-            ChoiceGene("num_warps", (1, 2, 4, 8), "warps per program"),
+            num_warps_gene((1, 2, 4, 8)),
         ),
         "memory_pattern": (
             ChoiceGene("w_eviction", ("", "evict_first"), "L2 eviction policy of the word loads"),
@@ -107,10 +104,7 @@ def fits(g: Genome, norm_elems: int = 0) -> str | None:
     if math == "dot" and p["block_m"] < 16:
         return "tl.dot needs block_m >= 16"
     biggest = p["block_m"] * k * p["block_n"] if math == "fma" else max(k * p["block_n"], p["block_m"] * p["block_n"])
-    biggest = max(biggest, norm_elems)
-    if biggest // threads > MAX_ELEMS_PER_THREAD:
-        return f"{biggest // threads} elements per thread (> {MAX_ELEMS_PER_THREAD})"
-    return None
+    return per_thread_violation(max(biggest, norm_elems) // threads, MAX_ELEMS_PER_THREAD)
 
 
 def render_module(p: dict, m: dict, regs: dict, seq: dict, zeros: bool, ieee: bool, norm: str | None = None) -> str:
@@ -120,8 +114,7 @@ def render_module(p: dict, m: dict, regs: dict, seq: dict, zeros: bool, ieee: bo
     1 / rms goes on x as loaded or on the sums."""
     if norm and zeros:
         raise ValueError("the fused RMSNorm kernel takes no zero points")
-    wev = f', eviction_policy="{m["w_eviction"]}"' if m["w_eviction"] else ""
-    xev = f', eviction_policy="{m["x_eviction"]}"' if m["x_eviction"] else ""
+    wev, xev = eviction(m["w_eviction"]), eviction(m["x_eviction"])
     group = regs["scale"] == "group"
     load_x = f"xt = tl.load(x_ptr + rm[:, None] * K + kk[None, :], mask=mmask[:, None], other=0.0{xev})"
     if norm:
@@ -134,8 +127,7 @@ def render_module(p: dict, m: dict, regs: dict, seq: dict, zeros: bool, ieee: bo
     else:
         fq = "q.to(tl.float32)"
     step = ["kw = (g * 16 + i0 + tl.arange(0, KW)).to(tl.int64)", "kk = (g * 16 + i0) * 8 + tl.arange(0, 8 * KW)"]
-    for tok in seq["loads"]:
-        step += loads[tok]
+    step += in_order(seq["loads"], loads)
     step += ["q = tl.reshape((w[:, None, :] >> (tl.arange(0, 8) * 4)[None, :, None]) & 15, (8 * KW, BN))",
              f"d = ({fq} - z[None, :])" + ("" if group else " * s[None, :]")]
     if regs["math"] == "dot":
@@ -149,10 +141,10 @@ def render_module(p: dict, m: dict, regs: dict, seq: dict, zeros: bool, ieee: bo
              else "z = tl.full((BN,), 8.0, tl.float32)")
     body = (["s = tl.load(s_ptr + g * N + rn, mask=nmask, other=0.0).to(tl.float32)", zload]
             + (["gacc = tl.zeros((BM, BN), dtype=tl.float32)"] if group else [])
-            + ["for i0 in tl.static_range(0, 16, KW):"] + ["    " + ln for ln in step]
+            + ["for i0 in tl.static_range(0, 16, KW):"] + indent(step)
             + (["acc += gacc * s[None, :]"] if group else []))
     main = ["acc = tl.zeros((BM, BN), dtype=tl.float32)",
-            f"for g in tl.range(0, G, num_stages={m['stages']}):"] + ["    " + ln for ln in body]
+            f"for g in tl.range(0, G, num_stages={m['stages']}):"] + indent(body)
     if norm == "load":
         main = _norm_lines(xev) + main
     elif norm == "store":
@@ -169,7 +161,7 @@ def render_module(p: dict, m: dict, regs: dict, seq: dict, zeros: bool, ieee: bo
            "    mmask = rm < M",
            "    nmask = rn < N",
            "    K = G * 128"]
-        + ["    " + ln for ln in main]
+        + indent(main)
         + ["    tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc.to(y_ptr.dtype.element_ty), "
            "mask=mmask[:, None] & nmask[None, :])"])
     names, values = "BM, BN, KW, NUM_WARPS", f'{p["block_m"]}, {p["block_n"]}, {p["k_words"]}, {p["num_warps"]}'
