@@ -15,4 +15,6 @@ fi
 # AbeBot itself (pyproject.toml): `core`, `store`, `dashboard` importable from anywhere, and `abebot`
 "$PY" -m pip install -q --disable-pip-version-check --no-deps -e .
 bash scripts/front_end.sh  # the browser test draws the charts as the dashboard does
-exec "$PY" -m pytest -q "$@"
+# pytest-xdist: one worker per core (ABEBOT_TEST_WORKERS to choose; 0 runs in this process). Run
+# serially the suite keeps one of two cores busy: it waits on sandboxes, compilers and the browser.
+exec "$PY" -m pytest -q -n "${ABEBOT_TEST_WORKERS:-auto}" --dist worksteal "$@"

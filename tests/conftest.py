@@ -12,10 +12,27 @@ import pytest
 from tests.helpers import NVCC, toy_space as _toy_space
 
 
+def _session_folder(tmp_path_factory, name: str) -> Path:
+    """``name`` under the session's temporary root, one for all pytest-xdist workers (each worker's
+    basetemp is a folder of that root), so a kernel any worker built is found by the others."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if base.name.startswith("popen-gw") else base
+    folder = root / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def compile_cache(tmp_path_factory) -> Path:
-    """One content-addressed compile cache for the session: a kernel two tests build is compiled once."""
+    """One content-addressed compile cache for the session: a kernel two tests build is compiled once.
+    One per pytest-xdist worker: the backend's per-key lock is a thread lock, not between processes."""
     return tmp_path_factory.mktemp("compile-cache")
+
+
+@pytest.fixture(scope="session")
+def ptx_cache(tmp_path_factory) -> Path:
+    """The session's ``nvcc -ptx`` outputs by source (:func:`tests.helpers.nvcc_ptx`)."""
+    return _session_folder(tmp_path_factory, "ptx-cache")
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import platform
@@ -16,12 +17,13 @@ import random
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from core.backends import BACKENDS, availability, backend_class
-from core.backends.base import DeviceInfo
+from core.backends.base import DeviceInfo, KernelSource
 from core.genome import ChoiceGene, GeneSpace, Genome, MapGene, SequenceGene
 from core.workloads import WORKLOADS, get_workload
 from core.workloads.template import Template
@@ -31,6 +33,9 @@ SMALL_SIZE = 64  # executed problems: every "size" setting at most this (the spe
 N_RANDOM = 4  # random genomes per problem, besides the seeds
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
 INTERPRETER_DTYPES = ("float16", "float32")  # the interpreter computes bf16 wrongly on NumPy (no bf16 type)
+# The interpreter runs every program of the grid in NumPy: its problems keep SMALL_SIZE along the
+# innermost dimensions (tiles, masks) and this many rows, heads or groups along the others.
+INTERPRETER_OUTER = 8
 
 SIMULATED_GPU = DeviceInfo(backend="", index=0, name="NVIDIA H200 (simulated)", memory_bytes=141 << 30,
                            multiprocessors=132, shared_mem_per_block=232448, registers_per_block=65536,
@@ -92,11 +97,16 @@ def dtypes(name: str, backend: str) -> list:
     return [d for d in caps(backend).dtypes if not p.choices or d in p.choices]
 
 
-def problems(name: str, backend: str, small: bool, only: tuple | None = None) -> list[dict]:
+def problems(name: str, backend: str, small: bool, only: tuple | None = None, outer: int | None = None) -> list[dict]:
     """Validated problems: for every dtype (or those in ``only``), the defaults and each flag flipped;
-    sizes capped at SMALL_SIZE when ``small``."""
+    sizes capped at SMALL_SIZE when ``small``, and those that are no tensor's innermost dimension
+    at ``outer`` if given (fewer rows, heads or groups: less work, the same tiles along the
+    dimensions that vector widths and blocks split)."""
     wl, kind = workload(name), caps(backend).device_kind
     base = {p.name: min(p.default_for(kind), SMALL_SIZE) for p in wl.params if small and p.kind == "size"}
+    if outer is not None:
+        inner = innermost_dims(name, wl.validate_problem(dict(base), backend))
+        base = {k: v if k in inner else min(v, outer) for k, v in base.items()}
     dtype_param = next((p.name for p in wl.params if p.kind == "dtype"), None)
     flags = [p for p in wl.params if p.kind == "flag"]
     out = []
@@ -181,6 +191,34 @@ def cli(*args: str, runs_dir: Path, env: dict | None = None, timeout: float = 12
 
 
 # ---- PTX ------------------------------------------------------------
+
+def nvcc_ptx(kernel: KernelSource, cache: Path) -> tuple[str | None, str]:
+    """``(PTX, "")`` of ``nvcc -ptx -arch=sm_90`` on ``kernel``, or ``(None, nvcc's errors)``, kept
+    in ``cache`` by source and flags (the ``ptx_cache`` fixture: the session's workers share it, so
+    the seeds tests/test_canonical.py and tests/test_conformance.py both compile are compiled once).
+    Each result lands by an atomic rename: a worker reads a whole file or none."""
+    key = hashlib.sha256(json.dumps([kernel.source, list(kernel.flags)]).encode()).hexdigest()[:32]
+    ptx, err = cache / f"{key}.ptx", cache / f"{key}.err"
+    if ptx.exists():
+        return ptx.read_text(), ""
+    if err.exists():
+        return None, err.read_text()
+    mine = f"{key}.{os.getpid()}.{threading.get_ident()}"
+    cu, out = cache / f"{mine}.cu", cache / f"{mine}.ptx"
+    cu.write_text(kernel.source)
+    try:
+        res = subprocess.run([NVCC, "-ptx", "-arch=sm_90", *kernel.flags, "-o", str(out), str(cu)],
+                             capture_output=True, text=True, timeout=300)
+    finally:
+        cu.unlink()
+    if res.returncode != 0:
+        (cache / f"{mine}.err").write_text(res.stderr)
+        os.replace(cache / f"{mine}.err", err)
+        return None, res.stderr
+    text = out.read_text()
+    os.replace(out, ptx)
+    return text, ""
+
 
 def _ptx_text(text: str) -> str:
     """PTX without comments and debug locations (the file name and line numbers are not the kernel)."""

@@ -24,7 +24,8 @@ never flips where it applies is looked for among more random parents.
 
 Sampled to stay fast on a two-core runner: each gene is flipped once, to a random legal value,
 on one parent in turn -- the default problem's seeds and :data:`N_RANDOM` random genomes, then the
-seed of every other problem (dtypes, flags). ``ABEBOT_CANONICAL_EXHAUSTIVE=1`` flips every gene to
+seed of every other problem (dtypes, flags); a template that extends another family's (rmsnorm_w4a16's
+extend w4a16's) flips only the genes it adds. ``ABEBOT_CANONICAL_EXHAUSTIVE=1`` flips every gene to
 every value, on the seeds and more random parents of every problem (minutes).
 C objects are built in the session's compile cache (``compile_cache``, conftest.py), which
 tests/test_conformance.py shares, so a source both build is compiled once.
@@ -49,7 +50,7 @@ from core.backends.base import KernelSource
 from core.genome import ChoiceGene, Genome, MapGene, SequenceGene, with_gene
 from core.search.operators import make_valid
 from core.workloads import WORKLOADS, get_workload
-from tests.helpers import NVCC, _ptx_text, device, problems, template, workload
+from tests.helpers import NVCC, _ptx_text, nvcc_ptx, device, problems, template, workload
 
 ROOT = Path(__file__).resolve().parents[1]
 EXHAUSTIVE = os.environ.get("ABEBOT_CANONICAL_EXHAUSTIVE") == "1"
@@ -175,19 +176,13 @@ def _c_artefacts(kernels: dict[str, KernelSource], cache: Path) -> dict[str, str
         return dict(zip(kernels, pool.map(one, kernels.values())))
 
 
-def _cuda_artefacts(kernels: dict[str, KernelSource], folder: Path) -> dict[str, str]:
-    def one(item: tuple[str, KernelSource]) -> str:
-        key, k = item
-        cu, ptx = folder / f"{key}.cu", folder / f"{key}.ptx"
-        cu.write_text(k.source)
-        res = subprocess.run([NVCC, "-ptx", "-arch=sm_90", *k.flags, "-o", str(ptx), str(cu)],
-                             capture_output=True, text=True, timeout=300)
-        if res.returncode != 0:
-            return f"compile error: {res.stderr[:500]}"
-        return hashlib.sha256(_ptx_text(ptx.read_text()).encode()).hexdigest()
+def _cuda_artefacts(kernels: dict[str, KernelSource], ptx_cache: Path) -> dict[str, str]:
+    def one(k: KernelSource) -> str:
+        ptx, err = nvcc_ptx(k, ptx_cache)
+        return f"compile error: {err[:500]}" if ptx is None else hashlib.sha256(_ptx_text(ptx).encode()).hexdigest()
 
     with ThreadPoolExecutor(max_workers=WIDTH) as pool:
-        return dict(zip(kernels, pool.map(one, kernels.items())))
+        return dict(zip(kernels, pool.map(one, kernels.values())))
 
 
 # Runs in a subprocess (a fresh Triton with its own cache): every job's module is loaded and bound
@@ -360,6 +355,27 @@ def unit_names(space) -> list[str]:
     return out
 
 
+def inherited_units(name: str, backend: str) -> set[str]:
+    """The units of ``name``'s template on ``backend`` that another registered workload's template
+    there, one its class derives from, declares too (rmsnorm_w4a16's templates extend w4a16's).
+    Sampled, only the rest are flipped: the base pair flips the inherited ones."""
+    mine = type(template(name, backend, workload(name).default_problem(backend)))
+    out: set[str] = set()
+    for other in WORKLOADS:
+        if other == name or backend not in workload(other).templates:
+            continue
+        base = template(other, backend, workload(other).default_problem(backend))
+        if type(base) in mine.__mro__[1:]:
+            out |= set(unit_names(base.gene_space()))
+    return out
+
+
+def units_to_flip(name: str, backend: str, space) -> list[str]:
+    """Every unit of ``space`` when exhaustive; sampled, those it does not inherit (:func:`inherited_units`)."""
+    skip = set() if EXHAUSTIVE else inherited_units(name, backend)
+    return [u for u in unit_names(space) if u not in skip]
+
+
 def _sample(name: str, backend: str) -> list[tuple[dict, Genome, bool, set | None]]:
     """(problem, canonical parent, flip every value?, the units to flip or None for all): the sample
     described in the module docstring. Sampled, the parents are the default problem's seeds and
@@ -378,7 +394,7 @@ def _sample(name: str, backend: str) -> list[tuple[dict, Genome, bool, set | Non
         parents += [(problem, g) for g in dict.fromkeys(chosen)]
     if EXHAUSTIVE:
         return [(problem, g, True, None) for problem, g in parents]
-    names = unit_names(template(name, backend, default).gene_space())
+    names = units_to_flip(name, backend, template(name, backend, default).gene_space())
     out = [(problem, g, False, set(names[j::len(parents)])) for j, (problem, g) in enumerate(parents)]
     return [job for job in out if job[3]]
 
@@ -387,7 +403,8 @@ TOP_UP_PARENTS = 300  # random parents searched for a context where a gene the s
 
 
 @pytest.mark.parametrize("name,backend", _pairs())
-def test_every_gene_flip_changes_the_compiled_kernel_or_is_normalised(name, backend, tmp_path, compile_cache):
+def test_every_gene_flip_changes_the_compiled_kernel_or_is_normalised(name, backend, tmp_path, compile_cache,
+                                                                     ptx_cache):
     language = backend_class(backend).language
     if language == "c" and availability(backend):
         pytest.skip(f"{backend} backend unavailable: {availability(backend)}")
@@ -437,7 +454,7 @@ def test_every_gene_flip_changes_the_compiled_kernel_or_is_normalised(name, back
     space = template(name, backend, problem).gene_space()
     rng = random.Random(f"canonical/top-up/{name}/{backend}")
     for _ in range(TOP_UP_PARENTS):
-        missing = set(unit_names(space)) - applied
+        missing = set(units_to_flip(name, backend, space)) - applied
         if not missing:
             break
         parent = space.random(rng)
@@ -454,7 +471,7 @@ def test_every_gene_flip_changes_the_compiled_kernel_or_is_normalised(name, back
         if language == "c":
             code = _c_artefacts(kernels, compile_cache)  # the session's cache: built once
         elif language == "cuda":
-            code = _cuda_artefacts(kernels, folder)
+            code = _cuda_artefacts(kernels, ptx_cache)
         elif triton:  # the timed shape first; below, the odd shape where that shape cannot tell
             code = _triton_artefacts(name, backend, [(k, *jobs[k]) for k in kernels], folder)
         else:  # no triton or torch here: the module text stands in for what Triton would compile

@@ -17,15 +17,17 @@ through the whole suite, with no edit here.
 4. CUDA C: the seeds of every problem (dtypes, flags) and random genomes compile with
    ``nvcc -ptx -arch=sm_90``.
 5. Triton: the seeds of every float16 and float32 problem and random genomes verify under
-   ``TRITON_INTERPRET=1`` through the generic harness (one interpreter subprocess per workload).
+   ``TRITON_INTERPRET=1`` through the generic harness (one interpreter subprocess per workload), on
+   problems with :data:`~tests.helpers.INTERPRETER_OUTER` rows, heads or groups (all of them when exhaustive).
 6. The exported script of every pair is valid Python and its ``kernel.json`` round-trips.
 
 Executed checks use small problems (sizes capped at :data:`SMALL_SIZE`; the spec's odd shapes
 are small already) and :data:`N_RANDOM` random genomes per problem, so the suite stays fast on a
 two-core CI runner. The compiled checks (4 and 5) are slimmer still: random genomes on the pair's
 first problem only, the seeds on its other problems (see :func:`sampled`);
-``ABEBOT_CONFORMANCE_EXHAUSTIVE=1`` takes random genomes on every problem. The C compile cache is
-the session's (``compile_cache`` in conftest.py), shared with tests/test_canonical.py.
+``ABEBOT_CONFORMANCE_EXHAUSTIVE=1`` takes random genomes on every problem. The C compile cache and
+the PTX cache are the session's (``compile_cache``, ``ptx_cache`` in conftest.py), shared with
+tests/test_canonical.py.
 """
 from __future__ import annotations
 
@@ -53,9 +55,9 @@ from core.genome import GROUPS, Genome
 from core.workloads import WORKLOADS, get_workload
 from core.workloads.template import Template
 
-from tests.helpers import (INTERPRETER_DTYPES, N_RANDOM, NVCC, ROOT, _normalised, caps, cpu_pair, cuda_pair, device,
+from tests.helpers import (INTERPRETER_DTYPES, INTERPRETER_OUTER, N_RANDOM, NVCC, ROOT, _normalised, caps, cpu_pair, cuda_pair, device,
                            dtypes, genomes,
-                           innermost_dims, label, pair, problems, template, triton_pair, workload)
+                           innermost_dims, label, nvcc_ptx, pair, problems, template, triton_pair, workload)
 
 # ABEBOT_CONFORMANCE_EXHAUSTIVE=1: nvcc and the Triton interpreter take N_RANDOM random genomes on
 # every problem; by default (slim) on the first problem of each pair only, and the seeds elsewhere.
@@ -315,49 +317,23 @@ def test_exported_script_passes_a_good_kernel_and_fails_a_broken_one(name, backe
 
 # ---- 4. CUDA C compiles with nvcc ----------------------------------------------------------------
 
-def _run_parallel(commands: list[list[str]], width: int) -> list[tuple[int, str]]:
-    """(return code, stderr) of each command, ``width`` at a time."""
-    results: list[tuple[int, str] | None] = [None] * len(commands)
-    running: list[tuple[int, subprocess.Popen]] = []
-    pending = list(enumerate(commands))
-    try:
-        while pending or running:
-            while pending and len(running) < width:
-                i, cmd = pending.pop(0)
-                running.append((i, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
-            i, p = running[0]
-            _, err = p.communicate(timeout=300)
-            running.pop(0)
-            results[i] = (p.returncode, err)
-    finally:  # a timeout: leave no compiler behind
-        for _, p in running:
-            p.kill()
-            p.wait()
-    return results
-
-
 @cuda_pair
-def test_cuda_sources_compile_to_ptx_with_nvcc(name, backend, tmp_path):
+def test_cuda_sources_compile_to_ptx_with_nvcc(name, backend, ptx_cache):
     if NVCC is None:
         pytest.skip("nvcc not installed: CUDA C sources cannot be compiled here")
-    kernels: dict[str, tuple[str, KernelSource]] = {}  # file stem -> (what, kernel); identical sources once
+    kernels: dict[str, tuple[str, KernelSource]] = {}  # source hash -> (what, kernel); identical sources once
     for i, problem in enumerate(problems(name, backend, small=False)):
         tpl = template(name, backend, problem)
         for g in sampled(name, backend, problem, first=i == 0):
             kernel = tpl.render(g)
-            stem = source_hash(kernel)
-            kernels.setdefault(stem, (f"{problem} {g.to_json()}", kernel))
-    commands = []
-    for stem, (_, kernel) in kernels.items():
-        (tmp_path / f"{stem}.cu").write_text(kernel.source)
-        commands.append([NVCC, "-ptx", "-arch=sm_90", *kernel.flags, "-o", str(tmp_path / f"{stem}.ptx"),
-                         str(tmp_path / f"{stem}.cu")])
-    results = _run_parallel(commands, width=max(2, os.cpu_count() or 1))
+            kernels.setdefault(source_hash(kernel), (f"{problem} {g.to_json()}", kernel))
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        results = list(pool.map(lambda item: nvcc_ptx(item[1], ptx_cache), kernels.values()))
     failures = []
-    for (stem, (what, kernel)), (rc, err) in zip(kernels.items(), results):
-        if rc != 0:
+    for (what, kernel), (ptx, err) in zip(kernels.values(), results):
+        if ptx is None:
             failures.append(f"{what}: {err[:1500]}")
-        elif not re.search(rf"\.entry\s+{re.escape(kernel.entry)}\b", (tmp_path / f"{stem}.ptx").read_text()):
+        elif not re.search(rf"\.entry\s+{re.escape(kernel.entry)}\b", ptx):
             failures.append(f"{what}: no .entry {kernel.entry} in the PTX")
     assert not failures, f"{len(failures)} of {len(kernels)} sources failed:\n" + "\n".join(failures[:5])
 
@@ -428,7 +404,8 @@ def test_triton_kernels_verify_under_the_interpreter(name, backend, tmp_path):
     if not (_have("triton") and _have("torch")):
         pytest.skip("triton and torch are needed for TRITON_INTERPRET")
     items = []
-    for i, problem in enumerate(problems(name, backend, small=True, only=INTERPRETER_DTYPES)):
+    for i, problem in enumerate(problems(name, backend, small=True, only=INTERPRETER_DTYPES,
+                                          outer=None if EXHAUSTIVE else INTERPRETER_OUTER)):
         items.append({"problem": problem, "genomes": [g.to_json() for g in sampled(name, backend, problem, first=i == 0)]})
     assert items, f"{backend} offers neither of {INTERPRETER_DTYPES} for {name}"
     job = {"workload": name, "backend": backend, "device": dataclasses.asdict(device(backend)), "items": items,

@@ -231,8 +231,6 @@ def test_reader_retries_when_a_file_vanishes(store_impl, writer):
 
 # -- durability ----------------------------------------------------------------------------------
 KILL_SCRIPT = """
-import sys, time
-sys.path.insert(0, {root!r})
 from tests.test_store import commit, CONFIG
 from store import RunWriter
 w = RunWriter.create({runs!r}, {rid!r}, CONFIG)
@@ -244,8 +242,8 @@ for g in range(10_000):
 
 def test_kill_9_mid_run_loses_nothing(store_impl, runs):
     rid = new_run_id("gemm", "c")
-    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT.format(root=str(ROOT), runs=str(runs), rid=rid)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT.format(runs=str(runs), rid=rid)], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)  # `python -c` imports tests.* from its cwd
     printed = []
     for line in proc.stdout:
         printed.append(int(line))
