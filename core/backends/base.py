@@ -122,6 +122,9 @@ class Runtime(ABC):
 
     arrays: Any
     graph_block: int = 1  # cases a graph timing prepares before a chain of launches (torch_runtime.replay_chain); 1: pairs
+    cache: str = "cold"  # the cache policy of the timings (core.workloads.spec.CACHE_POLICIES), set by the protocol
+    chunk_statistic: str = "median"  # how paired timing sums up a chunk: "median", or "min" where noise only adds
+    last_timing: str = "wall"  # how the last ``time`` call measured: "wall", "events" or "graph"
 
     @abstractmethod
     def load(self, artifact: Artifact) -> Any:
@@ -149,8 +152,44 @@ class Runtime(ABC):
         :mod:`core.evaluation.rooflines`), or None where a launch has no cost of its own to bound."""
         return None
 
-    def flush_cache(self) -> None:
-        """Evict the last-level cache between timed launches where inputs do not rotate."""
+    can_evict: bool = False  # whether ``evict`` empties the caches (else the protocol times ``hot``)
+
+    def evict(self, arrays: list) -> None:
+        """Leave nothing of ``arrays`` (a case's tensors) in the device's caches, outside any timed
+        window: the ``cold`` cache policy calls it after every preparation (poison, permutation)
+        and before the timed launch, for kernels and baselines alike. GPU runtimes evict the whole
+        L2 (a read of a scratch buffer twice its size, capturable in a graph); the C runtime
+        evicts exactly those buffers' cache lines. This default does nothing (``can_evict`` False)."""
+
+    def evict_method(self) -> str:
+        """How ``evict`` empties the caches, in words ("" where it does not)."""
+        return ""
+
+    def chain_times(self, fn: Callable[[int], None], launches: int, reps: int) -> list[float]:
+        """Seconds per launch of ``fn(0) ... fn(launches - 1)`` called back to back, ``reps`` times:
+        the independent timing of :mod:`core.evaluation.crosscheck`, with no preparation, check or
+        eviction between launches (``fn`` rotates over copies of the inputs instead). This default
+        times each whole chain by the wall clock after one warm chain; GPU runtimes replay it as a
+        CUDA graph."""
+        import time as _time
+
+        for i in range(launches):
+            fn(i)
+        self.synchronize()
+        out = []
+        for _ in range(reps):
+            t0 = _time.perf_counter()
+            for i in range(launches):
+                fn(i)
+            self.synchronize()
+            out.append((_time.perf_counter() - t0) / launches)
+        return out
+
+    def host_overhead(self, fn: Callable[[int], None], calls: int = 50, reps: int = 5) -> float | None:
+        """Microseconds of host time per eager call of ``fn`` (None where a call is all host time,
+        on a CPU): the wall time of ``calls`` calls queued back to back, before waiting for the
+        device, over ``calls`` (the median of ``reps``)."""
+        return None
 
     def forget(self) -> None:
         """Release what the timings of one measurement kept between its calls (captured graphs)."""

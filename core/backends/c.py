@@ -246,7 +246,6 @@ class CRuntime(Runtime):
         self.device = device
         self.arrays = NumpyArrays()
         self._libs: dict[str, ctypes.CDLL] = {}  # kept alive: ctypes never unloads, but drop no handle early
-        self._flush_buf = None
 
     def load(self, artifact: Artifact) -> "CKernel":
         """The entry point as a ctypes function with its argument types set."""
@@ -269,16 +268,15 @@ class CRuntime(Runtime):
         """Calls are synchronous on the CPU."""
 
     def time(self, fn: Callable[[int], None], reps: int, warmup: int, before: Callable[[int], None] | None = None,
-             after: Callable[[int], None] | None = None, flush: bool = False, method: str | None = None) -> list[float]:
-        """Seconds of each of ``reps`` calls after ``warmup`` calls; ``before``/``after`` run around each
-        call and ``flush`` evicts caches before each timed call, all outside the timed window."""
+             after: Callable[[int], None] | None = None, method: str | None = None) -> list[float]:
+        """Seconds of each of ``reps`` calls after ``warmup`` calls, by ``perf_counter_ns`` around the
+        call alone; ``before``/``after`` (the preparation, the cache eviction, the checks) run around
+        each call, outside the timed window."""
         clock = time.perf_counter_ns
         out: list[float] = []
         for i in range(warmup + reps):
             if before is not None:
                 before(i)
-            if flush and i >= warmup:
-                self.flush_cache()
             t0 = clock()
             fn(i)
             t1 = clock()
@@ -286,16 +284,23 @@ class CRuntime(Runtime):
                 after(i)
             if i >= warmup:
                 out.append((t1 - t0) * 1e-9)
+        self.last_timing = "wall"
         return out
 
-    def flush_cache(self) -> None:
-        """Write a buffer 1.5x the last-level cache (a few ms for 32 MiB)."""
-        import numpy as np
+    can_evict = True
+    chunk_statistic = "min"  # a wall clock around a CPU call: preemption and contention only ever add
 
-        if self._flush_buf is None:
-            llc = (self.device.l2_bytes if self.device else 0) or last_level_cache_bytes() or (32 << 20)
-            self._flush_buf = np.zeros(llc * 3 // 8, dtype=np.float32)
-        self._flush_buf += 1.0
+    def evict(self, arrays: list) -> None:
+        """Evict exactly these numpy arrays' cache lines (:mod:`core.backends.cpu_cache`)."""
+        from core.backends.cpu_cache import evictor
+
+        llc = (self.device.l2_bytes if self.device else 0) or last_level_cache_bytes()
+        evictor(llc).evict(arrays)
+
+    def evict_method(self) -> str:
+        from core.backends.cpu_cache import evictor
+
+        return evictor((self.device.l2_bytes if self.device else 0) or last_level_cache_bytes()).method
 
 
 class CKernel:

@@ -192,6 +192,19 @@ def family_templates(package: str, *backends: str) -> dict[str, str]:
     return {backend: f"{package}.{backend}" for backend in backends}
 
 
+#: How a timed launch finds the caches (a problem setting every workload takes, ``"cache"``):
+#: ``cold`` (the default) -- nothing a preparation wrote is left in the last-level cache, inputs and
+#: weights come from device memory, as a model's layer finds them; ``hot`` -- the launch finds its
+#: inputs as the preparation left them, as for a kernel whose inputs the previous kernel just
+#: produced. Baselines are always timed under the same policy as the kernels.
+CACHE_POLICIES = ("cold", "hot")
+
+
+def cache_policy(problem: dict) -> str:
+    """The problem's cache policy (``cold`` unless it says ``hot``)."""
+    return problem.get("cache") or "cold"
+
+
 class Workload(ABC):
     """A kernel family, independent of backend (see the module docstring)."""
 
@@ -217,10 +230,15 @@ class Workload(ABC):
         caps = _capabilities(backend)
         kind, dtypes = caps.device_kind, tuple(caps.dtypes)
         defaults = self.default_problem(backend)
+        problem = dict(problem)
+        cache = problem.pop("cache", None)
+        if cache is not None and cache not in CACHE_POLICIES:
+            raise ValueError(f"cache must be one of {', '.join(CACHE_POLICIES)} (got {cache!r})")
         unknown = set(problem) - set(defaults)
         if unknown:
-            raise ValueError(f"{self.name} has no setting {', '.join(sorted(unknown))} (has: {', '.join(sorted(defaults))})")
-        merged = {**defaults, **problem}
+            raise ValueError(f"{self.name} has no setting {', '.join(sorted(unknown))} "
+                             f"(has: {', '.join(sorted(defaults))}, and cache)")
+        merged = {**defaults, **problem, **({"cache": cache} if cache else {})}
         for p in self.params:
             if p.kind == "real" and isinstance(merged[p.name], int) and not isinstance(merged[p.name], bool):
                 merged[p.name] = float(merged[p.name])
