@@ -176,9 +176,11 @@ class RunReader:
     def time_reference(self) -> tuple[float, float] | None:
         """(the latest generation's time reference in us, the time objective's share of the weights),
         or None when the run has no reference yet (or predates it) or does not weigh time."""
-        gens = self.generations(["generation", "baseline_reference_us"])
+        gens = self.generations(["generation", "baseline_reference_us", "cache"])
         weights = (read_json(self.path / CONFIG) or {}).get("weights")
         if gens.empty or not isinstance(weights, dict) or not weights.get("time"):
+            return None
+        if isinstance(gens["cache"].iloc[-1], str):  # paired timing: the stored time term is a pair ratio
             return None
         ref = gens["baseline_reference_us"].iloc[-1]
         total = sum(float(w) for w in weights.values())

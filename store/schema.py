@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import pyarrow as pa
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 class StoreError(Exception):
@@ -58,10 +58,16 @@ _INDIVIDUALS_V3 = _cols("device VARCHAR, device_time_us DOUBLE")
 # Version 4, weights repacked by the template (core/workloads/template.py, ``repack``): the one-time
 # repack's time in microseconds, apart from ``time_us``; null when the kernel reads the canonical layout.
 _INDIVIDUALS_V4 = _cols("repack_us DOUBLE")
+# Version 6, paired timing and the cache policy (core/evaluation/timing.py, ``paired_times``): the kernel's
+# speed-up over the baseline it was timed beside (median of the pair ratios; of the re-measurements once
+# re-timed, ``speedup_samples`` a JSON list kept as text), its spread, the noisy flag, that baseline and its
+# time in the pairs, the cache policy and how the launches were timed.
+_INDIVIDUALS_V6 = _cols("speedup DOUBLE, speedup_spread DOUBLE, speedup_samples VARCHAR, noisy BOOLEAN,"
+                        "pair_baseline VARCHAR, pair_baseline_us DOUBLE, cache VARCHAR, timing_method VARCHAR")
 _INDIVIDUALS_TAIL = _cols(
     "pareto_rank BIGINT, source_hash VARCHAR, compile_s DOUBLE, eval_s DOUBLE,"
     "max_abs_err DOUBLE, rel_err DOUBLE, resources JSON, reused BOOLEAN"
-) + _INDIVIDUALS_V2 + _INDIVIDUALS_V3 + _INDIVIDUALS_V4
+) + _INDIVIDUALS_V2 + _INDIVIDUALS_V3 + _INDIVIDUALS_V4 + _INDIVIDUALS_V6
 
 
 def term_names(config: Mapping | None) -> tuple[str, ...]:
@@ -111,9 +117,12 @@ _GENERATIONS_V3 = _cols("baseline_devices VARCHAR")
 # Version 5: the run-level reference the time term divides (core/search/retiming.py, ``with_reference``): the
 # median of every generation's ``baseline_time_us`` up to and including this one.
 _GENERATIONS_V5 = _cols("baseline_reference_us DOUBLE")
-GENERATIONS = GENERATIONS + _GENERATIONS_V3 + _GENERATIONS_V5
-ADDED = {"individuals": _INDIVIDUALS_V2 + _INDIVIDUALS_V3 + _INDIVIDUALS_V4,
-         "generations": _GENERATIONS_V2 + _GENERATIONS_V3 + _GENERATIONS_V5}
+# Version 6: the champion's speed-up (median of its re-measurements' pair ratios), their spread, whether
+# any of them was noisy, and the run's cache policy.
+_GENERATIONS_V6 = _cols("champion_speedup DOUBLE, champion_speedup_spread DOUBLE, champion_noisy BOOLEAN, cache VARCHAR")
+GENERATIONS = GENERATIONS + _GENERATIONS_V3 + _GENERATIONS_V5 + _GENERATIONS_V6
+ADDED = {"individuals": _INDIVIDUALS_V2 + _INDIVIDUALS_V3 + _INDIVIDUALS_V4 + _INDIVIDUALS_V6,
+         "generations": _GENERATIONS_V2 + _GENERATIONS_V3 + _GENERATIONS_V5 + _GENERATIONS_V6}
 # ``generation`` is the generation that first used the kernel: it partitions live/kernels/.
 KERNELS = _cols(
     "source_hash VARCHAR, generation BIGINT, backend VARCHAR, entry VARCHAR, source VARCHAR, flags JSON,"

@@ -262,6 +262,27 @@ class Evaluator:
         seed = self._seed()
         return self.sandbox.each(lambda slot: self._measure(key, kernel, artifact, seconds, seed, slot))
 
+    def pair(self, kernel: KernelSource, baseline: str) -> dict:
+        """``kernel`` (verified already) timed in interleaved pairs with the baseline ``baseline`` on
+        the first device slot: the sandbox's reply (``speedup``, ``time_us``, ``pair_baseline_us``...)."""
+        self._require_started()
+        artifact, _seconds, error = self._compile_one(kernel)
+        if error is not None:
+            return {"status": "compile_error", "cause": first_error_line(error)}
+        return self.sandbox.call({"op": "pair", "artifact": artifact, "seed": self._seed(), "baseline": baseline},
+                                 self.sandbox.labels[0])
+
+    def crosscheck(self, kernel: KernelSource, names: list[str] | None = None) -> dict:
+        """``kernel`` and the baselines ``names`` (default all) timed by the second method, on the
+        first device slot (:mod:`core.evaluation.crosscheck`): the sandbox's reply, or
+        ``{"status": "compile_error", ...}``."""
+        self._require_started()
+        artifact, _seconds, error = self._compile_one(kernel)
+        if error is not None:
+            return {"status": "compile_error", "cause": first_error_line(error)}
+        slot = self.sandbox.labels[0]
+        return self.sandbox.call({"op": "crosscheck", "artifact": artifact, "seed": self._seed(), "names": names}, slot)
+
     def _compiled(self, kernels: dict[str, KernelSource]):
         """Yield (key, (kernel, artifact or None, seconds, error log or None)) as each compile
         finishes: compiles run in parallel, and the sandbox measures one while the rest compile."""
@@ -325,8 +346,8 @@ class Evaluator:
         ev.eval_s = time.perf_counter() - t0
         for name in MEASURES:
             value = reply.get(name)
-            if value is not None and math.isfinite(value):  # inf error of a NaN output: the cause says it
-                setattr(ev, name, value)
+            if isinstance(value, (str, bool)) or (value is not None and math.isfinite(value)):
+                setattr(ev, name, value)  # (an inf error of a NaN output is left out: the cause says it)
         ev.device, ev.device_time_us = slot, ev.time_us
         scale = self._scale.get(slot, 1.0)
         if ev.time_us is not None and scale != 1.0:

@@ -74,6 +74,20 @@ class Harness:
         case.expected = self.workload.reference(a.xp, refs, self.problem)
         return case
 
+    def copy_case(self, case: Case) -> Case:
+        """Another copy of ``case``'s tensors at other addresses (fresh poisoned outputs, inputs
+        cloned), sharing its pristine inputs and reference: what a rotation over copies needs."""
+        a = self.arrays
+        new = Case(shape=dict(case.shape), pristine=case.pristine, expected=case.expected)
+        for t in self.tensors:
+            if t.written:
+                new.flats[t.name], new.data[t.name] = a.poisoned(t.shape(case.shape), t.dtype_in(self.problem))
+                if t.read:
+                    a.copy_into(new.data[t.name], case.pristine[t.name])
+            else:
+                new.data[t.name] = a.clone(case.data[t.name])
+        return new
+
     def reset_outputs(self, case: Case) -> None:
         """Poison the outputs again and restore in-place tensors, before a checked launch."""
         for t in self.written:
@@ -202,6 +216,27 @@ class Harness:
         r = dict(artifact.resources)
         r.update(getattr(kernel, "resources", None) or {})
         return int(r.get("registers", 0)) * int(r.get("threads", 0)) * 4 + int(r.get("shared_bytes", 0))
+
+
+def case_arrays(case: Any) -> list:
+    """Every array a launch on ``case`` may read or write: its tensors with their guard buffers, the
+    template's repacked weights, and what a baseline keeps in the case (its own packed copy)."""
+    found: list = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif hasattr(value, "nbytes"):
+            found.append(value)
+
+    walk(case.data)
+    walk(case.flats)
+    walk(case.packed)
+    return found
 
 
 def _weights(workload: Any, problem: dict, tensors: list) -> tuple[str, ...]:

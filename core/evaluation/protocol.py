@@ -1,6 +1,9 @@
 """The evaluation protocol, run inside the sandboxed evaluator process on one candidate at a time:
 load -> verify on every shape with fresh random inputs -> time, with every timed launch poisoned,
-fed freshly permuted inputs and checked (:mod:`core.evaluation.checks`) -> the physical floor
+fed freshly permuted inputs and checked (:mod:`core.evaluation.checks`), in interleaved pairs with
+the primary baseline (:func:`core.evaluation.timing.paired_times`), every launch of either side
+finding the caches as the problem's cache policy says (``cold`` by default: nothing a preparation
+wrote is left in them, :meth:`core.backends.base.Runtime.evict`) -> the physical floor
 (:mod:`core.evaluation.rooflines`) -> stability (repeated launches, bit-compared on the device)
 -> memory. A template that repacks the weights does so once per case, before the case's first
 launch; its time is reported apart (``repack_us``) and its bytes count as memory.
@@ -20,11 +23,13 @@ from typing import Any, Callable
 
 from core.backends.base import Artifact, CompileError
 from core.evaluation.checks import LaunchChecks
-from core.evaluation.harness import Harness
+from core.evaluation.harness import Harness, case_arrays
+from core.evaluation.priority import raise_priority
 from core.evaluation.record import one_line
 from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks, suspect_floor_us
-from core.evaluation.timing import (TIMING_TARGET_S, adaptive_times, graph_block, median_iqr_us, rotation,
-                                    timing_case_count)
+from core.evaluation.timing import (TIMING_TARGET_S, Side, adaptive_times, graph_block, median_iqr_us, paired_times,
+                                    rotation, timing_case_count)
+from core.workloads.spec import cache_policy
 
 
 SUSPECT_REMEASURES = 3  # peak measurements before a candidate faster than the floor is called suspect
@@ -56,6 +61,7 @@ class Protocol:
         self.runtime = self.backend.make_runtime()
         self.workload = get_workload(spec["workload"])
         self.problem = dict(spec["problem"])
+        self.cache = cache_policy(self.problem)
         self.template = self.workload.template(spec["backend"], self.problem, self.device)
         self.harness = Harness(self.workload, self.template, self.runtime, self.problem)
         self.arrays = self.runtime.arrays
@@ -66,6 +72,12 @@ class Protocol:
         self.io_bytes = int(self.workload.io_bytes(self.main, self.problem))
         self.timing_cases = timing_case_count(self.io_bytes, self.device, self.backend.device_kind)
         self.runtime.graph_block = graph_block(self.io_bytes, self.device, self.timing_cases)
+        if not self.runtime.can_evict:  # (the Triton interpreter): the caches stay as the preparation leaves them
+            self.cache = "hot"
+        self.runtime.cache = self.cache
+        self._pair: tuple[str, Callable, list] | None = None  # the primary baseline, its fn and timing cases
+        self.priority = raise_priority()
+        self._cases: tuple[dict, list] | None = None  # every baseline's fn, and the cases they were timed on
         self.peaks: Peaks | None = None
         self.roofline_us: float | None = None  # at the measured peaks
         self.floor_us: float | None = None  # below this a candidate is suspect
@@ -97,8 +109,19 @@ class Protocol:
         op = request.get("op")
         if op == "evaluate":
             return self.evaluate(request["artifact"], int(request.get("seed", 0)))
+        if op == "pair":
+            return self.pair(request["artifact"], int(request.get("seed", 0)), str(request.get("baseline")))
         if op == "baseline":
             return self.baseline(int(request.get("seed", 0)), request.get("names"))
+        if op == "crosscheck":
+            from core.evaluation.crosscheck import crosscheck
+
+            try:
+                return crosscheck(self, request["artifact"], int(request.get("seed", 0)), request.get("names"))
+            except Exception as exc:
+                traceback.print_exc()
+                return {"status": "crashed", "cause": one_line(f"crosscheck: {type(exc).__name__}: {exc}"),
+                        "restart": self.backend.sticky_errors}
         if op == "ping":
             return {"status": "ok"}
         return {"status": "crashed", "cause": f"unknown sandbox op {op!r}"}
@@ -139,6 +162,24 @@ class Protocol:
         result["stages_s"] = seconds
         print(f"[sandbox] {artifact.source_hash[:12]} {result['status']} "
               + " ".join(f"{k}={v:.3f}s" for k, v in seconds.items()), flush=True)
+        return result
+
+    def pair(self, artifact: Artifact, seed: int, baseline: str) -> dict:
+        """Time a kernel already verified in interleaved pairs with the baseline named ``baseline``
+        (any of the last baseline timing's, not only the primary), every timed launch checked: what
+        ``core bench`` asks for each baseline, so every ratio it reports is a paired one."""
+        if self._cases is None or baseline not in self._cases[0]:
+            return {"status": "crashed", "cause": f"no baseline {baseline!r} timed in this sandbox"}
+        result: dict[str, Any] = {"status": "ok", "cause": "", "max_abs_err": 0.0, "rel_err": 0.0}
+        fns, cases = self._cases
+        kept = self._pair
+        self._pair = (baseline, fns[baseline], cases)
+        try:
+            self._benchmark(self.runtime.load(artifact), random.Random(seed), result)
+        except Failure as f:
+            result.update(status=f.status, cause=f.cause)
+        finally:
+            self._pair = kept
         return result
 
     def _memory(self, kernel: Any, artifact: Artifact, case: Any, result: dict) -> None:
@@ -189,12 +230,27 @@ class Protocol:
         return chk
 
     def _benchmark(self, kernel: Any, rng: random.Random, result: dict) -> None:
-        """Time with every launch checked; then the floor: faster than physics is ``suspect``."""
+        """Time with every launch checked, in pairs with the primary baseline once one is known;
+        then the floor: faster than physics is ``suspect``."""
         cases = self._timing_cases(rng)
         for c in cases:  # repack and bind now: neither belongs in a timed launch
             self.harness.prepare(kernel, c)
         checks = LaunchChecks(self.harness, cases, rng.getrandbits(31))
-        times = self._time(lambda c: self.harness.launch(kernel, c), cases, checks)
+        side = self._side(lambda c: self.harness.launch(kernel, c), cases, checks)
+        result["cache"] = self.cache
+        if self._pair is None:  # no baseline timed in this sandbox yet: the kernel alone
+            times = adaptive_times(self.runtime, side.fn, self.timing_target_s, before=side.before, after=side.after)
+            result["timing_method"] = getattr(self.runtime, "last_timing", "")
+        else:
+            name, fn, bcases = self._pair
+            paired = paired_times(self.runtime, side,
+                                  self._side(fn, bcases, LaunchChecks(self.harness, bcases, rng.getrandbits(31), check=False)),
+                                  self.timing_target_s)
+            times = paired.kernel
+            result.update(speedup=paired.speedup, speedup_spread=paired.spread, noisy=paired.noisy,
+                          pair_baseline=name, pair_baseline_us=statistics.median(paired.baseline) * 1e6,
+                          timing_method=paired.method)
+        self.runtime.synchronize()
         result["time_us"], result["time_spread_us"] = median_iqr_us(times)
         verdict = checks.verify()
         if not verdict.ok:
@@ -242,11 +298,21 @@ class Protocol:
     def _timing_cases(self, rng: random.Random) -> list:
         return [self.harness.make_case(self.main, rng.getrandbits(31)) for _ in range(self.timing_cases)]
 
+    def _side(self, launch: Callable[[Any], None], cases: list, checks: LaunchChecks) -> Side:
+        """``launch`` rotating through ``cases``, with ``checks`` around every launch and, under the
+        ``cold`` policy, the caches emptied after each preparation: the one way kernels and
+        baselines alike are timed."""
+        prepare = checks.before
+        if self.cache == "cold":
+            def prepare(i: int) -> None:
+                checks.before(i)
+                self.runtime.evict(case_arrays(cases[i % len(cases)]))
+        return Side(rotation(launch, cases), prepare, checks.after)
+
     def _time(self, launch: Callable[[Any], None], cases: list, checks: LaunchChecks) -> list[float]:
-        """Seconds per launch, rotating through ``cases`` with ``checks`` around every launch; reps
-        adapt to ~``timing_target_s``."""
-        times = adaptive_times(self.runtime, rotation(launch, cases), self.timing_target_s,
-                               before=checks.before, after=checks.after)
+        """Seconds per launch of ``launch`` alone (:meth:`_side`); reps adapt to ~``timing_target_s``."""
+        side = self._side(launch, cases, checks)
+        times = adaptive_times(self.runtime, side.fn, self.timing_target_s, before=side.before, after=side.after)
         self.runtime.synchronize()
         return times
 
@@ -257,11 +323,13 @@ class Protocol:
 
         The primary baseline, which normalises fitness, is the fastest one that verified."""
         rng = random.Random(seed)
+        self.priority = raise_priority()  # threads a baseline's library started since are reniced too
         if self.peaks is None:  # measured once per sandbox; again only when a candidate beats the floor
             self._measure_floor()
         cases = self._timing_cases(rng)
         entries: dict[str, dict] = {}
-        for name, fn in self.harness.baselines().items():
+        fns = self.harness.baselines()
+        for name, fn in fns.items():
             if names is None or name in names:
                 entries[name] = self._one_baseline(name, fn, cases, rng)
         timed = {n: e for n, e in entries.items() if e.get("time_us") is not None and e.get("verified")}
@@ -270,6 +338,8 @@ class Protocol:
             return {"status": "crashed", "cause": f"no baseline verified: {causes}"}
         primary = min(timed, key=lambda n: timed[n]["time_us"])
         p = entries[primary]
+        self._pair = (primary, fns[primary], cases)  # what the next candidates are timed beside
+        self._cases = ({n: fns[n] for n in timed}, cases)
         # A verified library path is physical: a floor above it means the peaks were under-measured.
         self._floor_cap = min(self._floor_cap, p["time_us"] / ALLOWANCE)
         self.floor_us = min(self.floor_us, self._floor_cap)
@@ -279,9 +349,15 @@ class Protocol:
                 "peaks": self.peaks.as_dict(),
                 "io_bytes": self.io_bytes,
                 "flops": float(self.workload.flops(self.main, self.problem)), "shape": dict(self.main),
+                "cache": self.cache, "evict": self._evict_method(), "priority": self.priority,
                 "timing": "median of adaptive repetitions, spread = interquartile range; before every timed launch "
-                          "the outputs are poisoned and the inputs rewritten with a fresh row permutation; "
-                          "primary = the fastest baseline that verified"}
+                          "the outputs are poisoned and the inputs rewritten with a fresh row permutation"
+                          + ("; then the caches are emptied (cache=cold)" if self.cache == "cold" else " (cache=hot)")
+                          + "; primary = the fastest baseline that verified; each candidate is timed in "
+                            "interleaved pairs with the primary"}
+
+    def _evict_method(self) -> str:
+        return self.runtime.evict_method() if self.cache == "cold" else ""
 
     def _one_baseline(self, name: str, fn: Callable, cases: list, rng: random.Random) -> dict:
         entry: dict[str, Any] = {"time_us": None, "spread_us": None, "verified": False, "cause": ""}

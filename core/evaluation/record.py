@@ -71,6 +71,23 @@ class Evaluation:
                                 default="")
     repack_us: float | None = measure("us", "the template's one-time repack of the weights into its own layout, "
                                       "timed apart from time_us (None: the canonical layout)", "DOUBLE", sandbox=True)
+    speedup: float | None = measure("x", "the median over interleaved (baseline, kernel) pairs of the primary "
+                                    "baseline's time / this kernel's time, timed side by side (the time term; the "
+                                    "median of every re-measurement's once re-timed)", "DOUBLE", sandbox=True)
+    speedup_spread: float | None = measure("x", "interquartile range of those pair ratios (of the re-measurements' "
+                                           "speed-ups once re-timed)", "DOUBLE", sandbox=True)
+    speedup_samples: list = measure("x", "every speed-up measured for this genome in the run, oldest first",
+                                    "VARCHAR", default=list)
+    noisy: bool | None = measure("", "the pair ratios spread more than 10% of their median: the speed-up is not "
+                                 "to be trusted to better than that", "BOOLEAN", sandbox=True)
+    pair_baseline: str | None = measure("", "the baseline it was timed beside (the fastest that verified)", "VARCHAR",
+                                        sandbox=True)
+    pair_baseline_us: float | None = measure("us", "median of that baseline's launches in the pairs", "DOUBLE",
+                                             sandbox=True)
+    cache: str | None = measure("", "cache policy of the timed launches: cold (inputs and weights from memory) or "
+                                "hot", "VARCHAR", sandbox=True)
+    timing_method: str | None = measure("", "how launches were timed: events, graph (CUDA graphs) or wall (CPU)",
+                                        "VARCHAR", sandbox=True)
 
     @property
     def ok(self) -> bool:
@@ -87,7 +104,7 @@ class Evaluation:
         """An independent copy (its dicts and lists too) with ``changes`` applied."""
         return Evaluation(**{**self.__dict__, "resources": dict(self.resources), "flags": list(self.flags),
                              "launch": dict(self.launch), "shape_errors": [dict(e) for e in self.shape_errors],
-                             "phases": dict(self.phases), **changes})
+                             "phases": dict(self.phases), "speedup_samples": list(self.speedup_samples), **changes})
 
 
 SANDBOX_MEASURES: tuple[str, ...] = tuple(f.name for f in fields(Evaluation) if f.metadata["sandbox"])

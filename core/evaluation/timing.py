@@ -1,9 +1,12 @@
 """Timing a callable the same way for kernels and baselines: inputs rotated, adaptive repetitions,
-median and interquartile range."""
+median and interquartile range; and a kernel timed in interleaved pairs with its baseline
+(:func:`paired_times`), so that load which comes and goes cancels in their ratio."""
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -50,9 +53,12 @@ def adaptive_times(runtime: Runtime, fn: Callable[[int], None], target_s: float,
     Taken in chunks, so a machine that turns busy mid-run (other processes preempting OpenMP
     threads) costs at most a few times the target instead of reps x the stalled time.
     """
+    wall = time.perf_counter()
     pilot = runtime.time(fn, reps=3, warmup=1, before=before, after=after)
     method = getattr(runtime, "last_timing", None)  # the pilot chose how to time; every chunk keeps it
-    per_call = max(float(np.median(pilot)), 1e-9)
+    # What one timed call costs in wall time, its preparation and cache eviction included: the
+    # repetitions fill ``target_s`` of the machine's time, not of the kernel's alone.
+    per_call = max(float(np.median(pilot)), (time.perf_counter() - wall) / 4, 1e-9)
     reps = max(1, min(MAX_REPS, max(MIN_REPS, int(target_s / per_call))) - reserve)
     warmup = min(10, max(1, reps // 10))
     deadline = time.perf_counter() + 3 * target_s
@@ -85,3 +91,82 @@ def median_iqr_us(times: list[float]) -> tuple[float, float]:
     t = np.asarray(times, dtype=np.float64) * 1e6
     q25, q50, q75 = np.percentile(t, [25, 50, 75])
     return float(q50), float(q75 - q25)
+
+
+# -- a kernel and its baseline, in interleaved pairs ------------------------------------------------
+PAIRS = 6  # (baseline, kernel) pairs of chunks in one paired measurement, at least
+NOISY_PAIR_SPREAD = 0.10  # pair ratios whose IQR exceeds this share of their median: the figure is noisy
+
+
+@dataclass
+class Side:
+    """One side of a paired measurement: ``fn(i)`` with its ``before(i)``/``after(i)``."""
+
+    fn: Callable[[int], None]
+    before: Callable[[int], None] | None = None
+    after: Callable[[int], None] | None = None
+
+
+@dataclass
+class Paired:
+    """A paired measurement: every sample of both sides (seconds) and each pair's ratio (baseline
+    chunk median / kernel chunk median; > 1 means the kernel is faster)."""
+
+    kernel: list[float]
+    baseline: list[float]
+    ratios: list[float]
+    method: str
+    statistic: str = "median"
+
+    @property
+    def speedup(self) -> float:
+        return float(statistics.median(self.ratios))
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range of the pair ratios."""
+        q25, q75 = np.percentile(np.asarray(self.ratios, dtype=np.float64), [25, 75])
+        return float(q75 - q25)
+
+    @property
+    def noisy(self) -> bool:
+        return self.spread > NOISY_PAIR_SPREAD * self.speedup
+
+
+def paired_times(runtime: Runtime, kernel: Side, baseline: Side, target_s: float, pairs: int = PAIRS) -> Paired:
+    """Time ``kernel`` and ``baseline`` in interleaved chunks -- (baseline, kernel), (baseline, kernel)
+    ... -- at least ``pairs`` pairs and about ``target_s`` of wall time in all, the kernel's chunk
+    always last (the outputs left behind are the kernel's, which its checks read).
+
+    Both sides are timed the same way: one method (events or graphs) for both, chosen from the
+    kernel's pilot, and the same preparation and cache eviction, which the caller puts in each
+    side's ``before``. Each pair's ratio is taken between chunks measured seconds apart at most, so
+    a load that comes and goes moves both and cancels; the median of the ratios is the figure."""
+    wall = time.perf_counter()
+    pilot_k = runtime.time(kernel.fn, reps=3, warmup=1, before=kernel.before, after=kernel.after)
+    method = getattr(runtime, "last_timing", None)
+    pilot_b = runtime.time(baseline.fn, reps=3, warmup=1, before=baseline.before, after=baseline.after,
+                           method=method)
+    if getattr(runtime, "last_timing", method) != method:  # the baseline would not capture: events for both
+        method = "events"
+    per_pair = max((time.perf_counter() - wall) / 4, float(np.median(pilot_k)) + float(np.median(pilot_b)), 1e-9)
+    reps = max(MIN_REPS, min(TIMING_CHUNK, int(target_s / (pairs * per_pair))))
+    deadline = wall + 3 * target_s
+    # The statistic of each chunk: on a GPU the median (device timers; a graph sample is a difference
+    # and can err both ways); on a CPU the fastest call, because there the noise only ever adds --
+    # a call preempted by another process, or an OpenBLAS thread waiting on a descheduled sibling
+    # (numpy's GEMM went from 250 us to 15.8 ms beside two busy loops, our OpenMP kernel from 244
+    # to 256-467 us: the medians' ratio moved 60x, the fastest calls' did not).
+    statistic = getattr(runtime, "chunk_statistic", "median")
+    pick = min if statistic == "min" else (lambda values: float(np.median(values)))
+    out = Paired([], [], [], method or "wall", statistic)
+    # A noisy measurement gets more pairs (up to 4x), while the wall-clock budget lasts.
+    while len(out.ratios) < pairs or (out.noisy and len(out.ratios) < 4 * pairs and time.perf_counter() < deadline):
+        b = runtime.time(baseline.fn, reps=reps, warmup=0, before=baseline.before, after=baseline.after, method=method)
+        k = runtime.time(kernel.fn, reps=reps, warmup=0, before=kernel.before, after=kernel.after, method=method)
+        out.baseline += b
+        out.kernel += k
+        out.ratios.append(pick(b) / max(pick(k), 1e-12))
+    out.method = getattr(runtime, "last_timing", None) or out.method
+    runtime.forget()
+    return out

@@ -37,7 +37,7 @@ def rebuild_population(saved: list[dict], ctx: GAContext, baseline: dict | None)
 # measured it. The soak showed the worker's memory growing with every individual: on its rmsnorm run the full
 # measure (its dicts and lists) took 4.4 kB a genome, this 2.2 kB (tracemalloc, 600 genomes).
 _AS_TEXT = {"resources": lambda v: _json_text(v), "phases": lambda v: _json_text(v),
-            "shape_errors": lambda v: _json_list(v)}
+            "shape_errors": lambda v: _json_list(v), "speedup_samples": lambda v: _json_list(v)}
 KEPT = tuple(name for name in STORED_COLUMNS if name not in _AS_TEXT) + ("time_samples_us",)
 
 

@@ -281,5 +281,6 @@ def summarise(pop: Sequence[Individual]) -> Mapping:
         "lethal_causes": causes,
         "champion_hash": best.hash,
         "n_remeasured": sum(i.remeasured for i in pop),
+        "cache": next((i.measure.get("cache") for i in ok if i.measure.get("cache")), None),
         **champion,
     }

@@ -64,9 +64,21 @@ def time_samples(measure: Mapping) -> list[float]:
     return [float(t)] if measure.get("status") == "ok" and t is not None and t == t else []
 
 
+def speedup_samples(measure: Mapping) -> list[float]:
+    """Every paired speed-up measured for this genome so far, oldest first (a list, or its JSON text
+    when read back from the store; a measure without it has its one ``speedup``, or none)."""
+    raw = measure.get("speedup_samples")
+    if isinstance(raw, str) and raw:
+        raw = json.loads(raw)
+    if isinstance(raw, (list, tuple)) and raw:
+        return [float(t) for t in raw]
+    s = measure.get("speedup")
+    return [float(s)] if measure.get("status") == "ok" and s is not None and s == s else []
+
+
 def first_measure(measure: Mapping) -> dict:
-    """A new evaluation with its time as the first sample."""
-    return {**measure, "time_samples_us": time_samples(measure)}
+    """A new evaluation with its time and speed-up as the first samples."""
+    return {**measure, "time_samples_us": time_samples(measure), "speedup_samples": speedup_samples(measure)}
 
 
 def remeasured(previous: Mapping, fresh: Mapping) -> dict:
@@ -76,15 +88,28 @@ def remeasured(previous: Mapping, fresh: Mapping) -> dict:
     stability, errors, the launch IQR ``time_spread_us``) are the fresh ones. A failed
     re-measurement makes the genome lethal.
     """
-    samples = time_samples(previous)
+    samples, ratios = time_samples(previous), speedup_samples(previous)
     out = {k: v for k, v in fresh.items() if k not in _DROP}
     if fresh.get("status") == "ok" and fresh.get("time_us") is not None:
         samples = samples + [float(fresh["time_us"])]
         out["time_us"] = statistics.median(samples)
     elif fresh.get("status") != "ok":
         out["cause"] = f"re-measurement: {fresh.get('cause') or fresh.get('status')}"
+    if fresh.get("status") == "ok" and fresh.get("speedup") is not None:
+        ratios = ratios + [float(fresh["speedup"])]
+        out["speedup"] = statistics.median(ratios)
+        out["speedup_spread"] = iqr(ratios) if len(ratios) > 1 else fresh.get("speedup_spread")
+        out["noisy"] = bool(fresh.get("noisy")) or _spread_noisy(ratios)
     out["time_samples_us"] = samples
+    out["speedup_samples"] = ratios
     return out
+
+
+def _spread_noisy(values: Sequence[float]) -> bool:
+    """Re-measurements whose interquartile range exceeds NOISY_PAIR_SPREAD of their median."""
+    from core.evaluation.timing import NOISY_PAIR_SPREAD
+
+    return len(values) > 1 and iqr(values) > NOISY_PAIR_SPREAD * statistics.median(values)
 
 
 def iqr(values: Sequence[float]) -> float:
@@ -101,12 +126,17 @@ def champion_figures(measure: Mapping) -> dict:
     The spread is the interquartile range of its re-measurements; with one measurement only, the
     interquartile range of that measurement's launches (``time_spread_us``).
     """
-    samples = time_samples(measure)
+    samples, ratios = time_samples(measure), speedup_samples(measure)
     if not samples:
-        return {"champion_time_us": None, "champion_spread_us": None, "champion_samples": 0}
+        return {"champion_time_us": None, "champion_spread_us": None, "champion_samples": 0,
+                "champion_speedup": None, "champion_speedup_spread": None, "champion_noisy": None}
     spread = iqr(samples) if len(samples) > 1 else measure.get("time_spread_us")
+    speedup = statistics.median(ratios) if ratios else None
+    ratio_spread = (iqr(ratios) if len(ratios) > 1 else measure.get("speedup_spread")) if ratios else None
+    noisy = (bool(measure.get("noisy")) or _spread_noisy(ratios)) if ratios else None
     return {"champion_time_us": statistics.median(samples), "champion_spread_us": spread,
-            "champion_samples": len(samples)}
+            "champion_samples": len(samples), "champion_speedup": speedup, "champion_speedup_spread": ratio_spread,
+            "champion_noisy": noisy}
 
 
 # -- the generation's baseline -----------------------------------------------------------------------
