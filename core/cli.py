@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("run_id")
     bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
     bench.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
+    bench.add_argument("--json", action="store_true", help="print the record (bench.json) as JSON instead of a table")
     export = sub.add_parser("export", help="write the champion (or top k / Pareto set) to a folder")
     export.add_argument("run_id")
     export.add_argument("--out", required=True, help="folder to create")
@@ -305,7 +306,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         raise UsageError(f"run {args.run_id!r} has an unreadable config.json: {exc}") from None
     with hold_devices(Path(args.runs_dir), cfg, f"bench of run {args.run_id}"):  # DeviceBusy: exit 2
-        result = bench_champion(target, Path(args.runs_dir), rounds=args.rounds, log=lambda line: print(line, flush=True))
+        result = bench_champion(target, Path(args.runs_dir), rounds=args.rounds,
+                                log=lambda line: print(line, file=sys.stderr if args.json else sys.stdout, flush=True))
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+        return 0
     device = result["device"]
     print(f"{args.run_id}: {device.get('name')} shape {result.get('shape')}, median of {result['rounds']} rounds")
     print(format_table(result))
