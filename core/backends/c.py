@@ -26,6 +26,7 @@ from typing import Any, Callable, ContextManager
 
 from core.backends import cache, elf
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime, source_hash
+from core.backends.c_loader import Loader
 
 BASE_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp")
 LINK_FLAGS: tuple[str, ...] = ("-lm",)
@@ -245,24 +246,18 @@ class CRuntime(Runtime):
 
         self.device = device
         self.arrays = NumpyArrays()
-        self._libs: dict[str, ctypes.CDLL] = {}  # kept alive: ctypes never unloads, but drop no handle early
+        self.loader = Loader()  # dlcloses a kernel's object once nothing can call into it (issue 36)
         self._flush_buf = None
 
     def load(self, artifact: Artifact) -> "CKernel":
-        """The entry point as a ctypes function with its argument types set."""
+        """The entry point as a ctypes function with its argument types set. Its shared object is
+        unloaded once the kernel and every call bound from it are gone (:mod:`core.backends.c_loader`)."""
         if not artifact.path:
             raise ValueError("C artifact has no path")
-        lib = self._libs.get(artifact.path)
-        if lib is None:
-            # RTLD_LOCAL: every kernel exports the same symbol name; each is looked up in its own handle.
-            lib = ctypes.CDLL(artifact.path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
-            self._libs[artifact.path] = lib
-        fn = getattr(lib, artifact.entry)
         names = artifact.launch.get("argtypes")
         if not names:
             raise ValueError(f"entry {artifact.entry!r} has no launch['argtypes'] (the template names its C signature)")
-        fn.argtypes = [CTYPES[n] for n in names]
-        fn.restype = None
+        fn = self.loader.open(artifact.path).function(artifact.entry, [CTYPES[n] for n in names])
         return CKernel(fn, artifact)
 
     def synchronize(self) -> None:
