@@ -109,3 +109,50 @@ def test_a_kernel_stays_loaded_while_a_call_bound_from_it_lives(tmp_path):
     call()  # would crash the process if k0.so had been unmapped
     assert x[0] == 7
     assert rt.loader.closed >= 11 - rt.loader.keep
+
+
+_TRITON_SCRIPT = textwrap.dedent("""
+    import os, sys, json
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    from core.backends.base import Artifact
+    from core.backends.triton import InterpreterRuntime
+
+    path, count = sys.argv[1], int(sys.argv[2])
+    rt = InterpreterRuntime()
+    x = torch.zeros(8)
+    for i in range(count):
+        kernel = rt.load(Artifact("triton", f"m{i}", "launch", path))
+        kernel(x)
+        del kernel
+    live = [n for n in sys.modules if n.startswith("abebot_triton_")]
+    print(json.dumps({"live": len(live), "sum": float(x.sum())}))
+""")
+
+_TRITON_MODULE = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add_one(x_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1.0, mask=i < n)
+
+
+def launch(x):
+    _add_one[(1,)](x, x.numel(), BLOCK=16)
+'''
+
+
+def test_a_dropped_triton_kernel_leaves_no_module_behind(tmp_path):
+    pytest.importorskip("triton")
+    pytest.importorskip("torch")
+    path = tmp_path / "m.py"
+    path.write_text(_TRITON_MODULE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    res = subprocess.run([sys.executable, "-c", _TRITON_SCRIPT, str(path), "20"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["sum"] == 8 * 20  # every load ran
+    assert out["live"] <= 1, out  # before: one module per load, kept for good
