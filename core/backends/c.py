@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
-from core.backends import cache, elf
+from core.backends import c_guard, cache, elf
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime, source_hash
 from core.backends.c_loader import Loader
 
@@ -153,7 +153,10 @@ class CBackend(Backend):
         """Build ``<cache_dir>/<hash>.so`` (cached); CompileError with the trimmed log on failure.
 
         A cached ``.so`` is used only when ``<hash>.sha256`` beside it matches its bytes
-        (:mod:`core.backends.cache`); otherwise it is deleted and rebuilt. The artifact's path is
+        (:mod:`core.backends.cache`); otherwise it is deleted and rebuilt. The source is refused before
+        the compiler runs if it includes a file outside its folder and the toolchain's headers, and the
+        compiler runs under limits (:mod:`core.backends.c_guard`). The cache folder is kept under
+        ``ABEBOT_CACHE_BYTES`` (:func:`core.backends.cache.note_write`). The artifact's path is
         absolute: the sandbox loads it from a working directory of its own.
         """
         cache_dir = Path(cache_dir).absolute()
@@ -165,14 +168,20 @@ class CBackend(Backend):
             if so_path.exists():
                 why = cache.mismatch(cache_dir, key, [so_path])
                 if why is None:
+                    cache.touch(so_path)  # recently used: the last to go when the cache is trimmed
                     return self._artifact(kernel, key, so_path, 0.0, "cache hit")
                 rejected = cache.discard(cache_dir, key, [so_path], why) + "\n"
+            refused = c_guard.refused_include(kernel.source)
+            if refused:  # before the compiler opens anything (core/backends/c_guard.py)
+                raise CompileError(refused)
             c_path = cache_dir / f"{key}.c"
             cache.atomic_write(c_path, kernel.source.encode())
             t0 = time.perf_counter()
             log, digest = _run_compiler(c_path, so_path, kernel.flags)
             cache.record(cache_dir, key, {so_path.name: digest})
-            return self._artifact(kernel, key, so_path, time.perf_counter() - t0, rejected + log)
+            artifact = self._artifact(kernel, key, so_path, time.perf_counter() - t0, rejected + log)
+        cache.note_write(cache_dir, self._lock_for)  # capped at ABEBOT_CACHE_BYTES, least recently used first
+        return artifact
 
     def make_runtime(self) -> "CRuntime":
         return CRuntime(self.device)
@@ -218,11 +227,15 @@ def usable_cores() -> int:
 
 def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> tuple[str, str]:
     """Compile to a temporary name, then move it into place; returns the compiler's log and the
-    SHA-256 of the object (hashed before it is moved into the shared cache)."""
+    SHA-256 of the object (hashed before it is moved into the shared cache). Every process of the
+    compile runs under :func:`core.backends.c_guard.compile_limits` (memory, CPU time, file size)."""
     tmp = so_path.with_name(f".{so_path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.so.tmp")
-    cmd = [*compiler_command(), *BASE_FLAGS, *flags, "-o", str(tmp), str(c_path), *LINK_FLAGS]
+    limits = c_guard.compile_limits()
+    cmd, preexec = c_guard.limited([*compiler_command(), *BASE_FLAGS, *c_guard.DIAGNOSTIC_FLAGS, *flags,
+                                    "-o", str(tmp), str(c_path), *LINK_FLAGS], limits)
     # A session of its own, so a timeout kills cc1 and as too, not only the driver.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=preexec)
     try:
         out, _ = proc.communicate(timeout=COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -232,7 +245,9 @@ def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> tuple[
         raise CompileError(f"compile timed out after {COMPILE_TIMEOUT_S:.0f} s") from None
     if proc.returncode != 0 or not tmp.exists():
         tmp.unlink(missing_ok=True)
-        raise CompileError(_trim(out) or f"compiler exited with status {proc.returncode}")
+        cause = c_guard.limit_cause(out, proc.returncode, limits)
+        log = _trim(out, LOG_LIMIT // 2 if cause else LOG_LIMIT)
+        raise CompileError(f"{cause}\n{log}".strip() if cause else log or f"compiler exited with status {proc.returncode}")
     digest = cache.file_sha256(tmp)
     os.replace(tmp, so_path)
     return _trim(out), digest

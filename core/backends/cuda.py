@@ -191,7 +191,9 @@ class CudaBackend(TorchGpuBackend):
         key = self.cache_key(kernel)
         cache_dir = Path(cache_dir).absolute()
         with cache.key_lock(cache_dir, key):
-            return self._compile(kernel, cache_dir, key)
+            artifact = self._compile(kernel, cache_dir, key)
+        cache.note_write(cache_dir)  # capped at ABEBOT_CACHE_BYTES, least recently used first
+        return artifact
 
     def _compile(self, kernel: KernelSource, cache_dir: Path, key: str) -> Artifact:
         cubin, meta = cache_dir / f"{key}.cubin", cache_dir / f"{key}.json"
@@ -201,6 +203,7 @@ class CudaBackend(TorchGpuBackend):
             if why is None:
                 try:
                     info = json.loads(meta.read_text())
+                    cache.touch(cubin)
                     return self._artifact(kernel, key, cubin, info["resources"], 0.0, info["log"])
                 except (OSError, ValueError, KeyError, TypeError) as exc:
                     why = f"{meta.name} unreadable ({type(exc).__name__})"

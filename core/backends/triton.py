@@ -69,6 +69,7 @@ class TritonBackend(TorchGpuBackend):
             raise CompileError(f"{exc.__class__.__name__}: {exc}") from None
         with cache.key_lock(cache_dir, key):
             log = self._cached_module(cache_dir, key, path, data)
+        cache.note_write(cache_dir)  # the modules capped at ABEBOT_CACHE_BYTES (Triton's own cache is its own)
         return Artifact(backend=self.name, source_hash=key, entry=kernel.entry, path=str(path), launch=dict(kernel.launch),
                         resources=dict(kernel.resources), compile_seconds=time.perf_counter() - t0, log=log)
 
@@ -84,6 +85,7 @@ class TritonBackend(TorchGpuBackend):
                 except OSError as exc:
                     why = f"{path.name} unreadable ({exc})"
             if why is None:
+                cache.touch(path)
                 return "cache hit; Triton JIT-compiles it at its first launch in the sandbox"
             log = cache.discard(cache_dir, key, [path], why) + "\n" + log
         cache_dir.mkdir(parents=True, exist_ok=True)
