@@ -273,7 +273,8 @@ class CRuntime(Runtime):
         if not names:
             raise ValueError(f"entry {artifact.entry!r} has no launch['argtypes'] (the template names its C signature)")
         fn = self.loader.open(artifact.path).function(artifact.entry, [CTYPES[n] for n in names])
-        return CKernel(fn, artifact)
+        self.arrays.begin_kernel()
+        return CKernel(fn, artifact, self.arrays)
 
     def synchronize(self) -> None:
         """Calls are synchronous on the CPU."""
@@ -310,17 +311,39 @@ class CRuntime(Runtime):
 
 class CKernel:
     """A loaded C entry point; ``bind(*args)`` turns numpy arrays into pointers (None into NULL) once
-    and returns the zero-argument call the harness times."""
+    and returns the zero-argument call the harness times.
 
-    def __init__(self, function: Any, artifact: Artifact):
+    The kernel's first call is measured: the C heap it grew and kept (a workspace allocated once) is
+    reported to ``arrays`` (:meth:`NumpyArrays.note_kernel_heap`) and counted into its memory. Until
+    that first call, ``bind`` returns a launcher that checks a flag; after it, the plain call (the
+    launches the harness times are bound after verification's)."""
+
+    def __init__(self, function: Any, artifact: Artifact, arrays: Any = None):
         self.function = function
         self.launch_params = dict(artifact.launch)
         self.resources = dict(artifact.resources)
+        self._arrays = arrays
+        self._measured = arrays is None
 
     def bind(self, *args: Any) -> Callable[[], None]:
         conv = tuple(a.ctypes.data if hasattr(a, "ctypes") else a for a in args)
         fn = self.function
-        return lambda: fn(*conv)
+        if self._measured:
+            return lambda: fn(*conv)
+
+        def first_call_measured() -> None:
+            if self._measured:
+                fn(*conv)
+                return
+            self._measured = True
+            from core.backends.numpy_arrays import heap_in_use
+
+            before = heap_in_use()
+            fn(*conv)
+            if before is not None:
+                self._arrays.note_kernel_heap((heap_in_use() or 0) - before)
+
+        return first_call_measured
 
     def __call__(self, *args: Any) -> None:
         self.bind(*args)()
