@@ -4,7 +4,7 @@ ctypes never calls ``dlclose``: every kernel a sandbox ever loaded stayed mapped
 mappings per ``.so``), and a long CPU run reached the kernel's limit of 65,530 mappings after some
 13,000 kernels, when every later ``dlopen`` failed with ``Cannot allocate memory`` (issue 36).
 
-:class:`Loader` keeps the handles of the ``keep`` most recently loaded objects, and ``dlclose``\\ s an
+:class:`Loader` keeps the handles of the ``keep`` most recently loaded objects, and calls ``dlclose`` on an
 older one only once nothing can call into it: every function pointer it hands out holds the
 object's :class:`Library` (a plain attribute of the pointer, freed by reference counting: a pointer
 ``ctypes.CDLL`` makes sits in a reference cycle that only the cyclic collector frees, at no
