@@ -30,7 +30,6 @@ killed on a timeout or at close has its descendants and its process group killed
 from __future__ import annotations
 
 import importlib
-import math
 import multiprocessing as mp
 import os
 import signal
@@ -41,6 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from core.evaluation.descendants import become_subreaper, descendants, kill_group, kill_tree, sweep
+from core.evaluation.limits import limit_address_space as _limit_address_space
+from core.evaluation.limits import rearm_cpu_time as _limit_cpu_time
+from core.evaluation.limits import set_limit as _set_limit
+from core.evaluation.workdir import fresh_workdir as _fresh_workdir
+from core.evaluation.workdir import remove_workdir as _remove_workdir
 
 STARTUP_TIMEOUT_S = 180.0  # spawning and importing a GPU stack (torch, triton) can take a while
 # Signals that end a child without a limit or a candidate fault behind them: the OOM killer's SIGKILL
@@ -281,9 +285,6 @@ def _left_running(reply: dict, left: list[str]) -> dict:
     return {**reply, "status": "crashed", "cause": cause}
 
 
-WORKDIR_PREFIX = "abebot-sandbox-work-"
-
-
 def _isolate(log_path: str, spec: dict | None = None) -> str | None:
     """Detach from the terminal and the caller's folder; return the fresh working directory.
 
@@ -329,103 +330,6 @@ def _isolate(log_path: str, spec: dict | None = None) -> str | None:
     print(f"[sandbox {os.getpid()}] started {time.strftime('%Y-%m-%d %H:%M:%S')} in {workdir or os.getcwd()}"
           + (f"; limits: {', '.join(applied)}" if applied else ""), flush=True)
     return workdir
-
-
-def _set_limit(name: str, value: int, hard: bool = True) -> bool:
-    """Lower ``resource.<name>`` to ``value`` (soft, and hard too when ``hard``); never above the
-    existing hard limit. False where it cannot be set."""
-    try:
-        import resource
-
-        which = getattr(resource, name)
-        _, old_hard = resource.getrlimit(which)
-        value = int(value) if old_hard == resource.RLIM_INFINITY else min(int(value), old_hard)
-        resource.setrlimit(which, (value, value if hard else old_hard))
-        return True
-    except (ImportError, AttributeError, ValueError, OSError):
-        return False
-
-
-def _limit_cpu_time(limits: dict) -> bool:
-    """Re-arm RLIMIT_CPU (soft only, so it can be re-armed) to the CPU time used so far plus
-    ``cpu_seconds``: the budget is per request, not for the life of the process."""
-    budget = limits.get("cpu_seconds")
-    if not budget:
-        return False
-    try:
-        import resource
-
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        return _set_limit("RLIMIT_CPU", math.ceil(used.ru_utime + used.ru_stime + float(budget)), hard=False)
-    except (ImportError, OSError):
-        return False
-
-
-def _limit_address_space(limits: dict, spec: dict) -> None:
-    """RLIMIT_AS = the address space mapped now + ``address_space_bytes``; never for a GPU backend
-    (CUDA reserves address ranges far larger than the memory it uses)."""
-    extra = limits.get("address_space_bytes")
-    if not extra or _device_kind(spec) == "gpu":
-        return
-    try:
-        mapped = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return
-    if _set_limit("RLIMIT_AS", mapped + int(extra)):
-        print(f"[sandbox {os.getpid()}] address space limited to {(mapped + int(extra)) / 2**30:.1f} GiB", flush=True)
-
-
-def _device_kind(spec: dict) -> str:
-    backend = spec.get("backend")
-    if not backend:
-        return ""
-    try:
-        from core.backends import backend_class
-
-        return backend_class(backend).device_kind
-    except Exception:
-        return "gpu"  # unknown: do not risk an address-space limit under CUDA
-
-
-def _fresh_workdir() -> str | None:
-    """chdir into a new empty temporary directory (after removing those of dead sandboxes)."""
-    import tempfile
-
-    root = Path(tempfile.gettempdir())
-    try:
-        for old in root.glob(f"{WORKDIR_PREFIX}*"):
-            pid = old.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and not _pid_alive(int(pid)) and not old.is_symlink() and old.is_dir() \
-                    and old.stat().st_uid == os.getuid():
-                _remove_workdir(str(old))
-        workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
-        os.chdir(workdir)
-        return workdir
-    except OSError:
-        return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def _remove_workdir(workdir: str | None) -> None:
-    if not workdir:
-        return
-    import shutil
-
-    try:
-        if os.getcwd() == workdir:
-            os.chdir(Path(workdir).parent)
-    except OSError:
-        pass
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _exit_with_parent(parent: int) -> None:
