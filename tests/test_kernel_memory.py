@@ -64,3 +64,44 @@ def test_a_temporary_the_kernel_frees_counts_at_its_peak(tmp_path):
 
 def test_a_kernel_that_allocates_nothing_reports_almost_nothing(tmp_path):
     assert _extra(tmp_path, NOTHING) < 1 * MiB
+
+
+WORKSPACE_GEMM = r"""
+#include <stdlib.h>
+#include <string.h>
+static char *volatile ws;
+void abebot_gemm(const float *A, const float *B, float *C, int M, int N, int K) {
+    if (!ws) { ws = malloc(512u << 20); memset(ws, 1, 512u << 20); }
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = ws[i & 7] - 1;
+            for (int k = 0; k < K; k++) acc += A[i * K + k] * B[k * N + j];
+            C[i * N + j] = acc;
+        }
+}
+"""
+
+
+def test_the_evaluator_reports_a_kept_workspace_in_extra_bytes(tmp_path):
+    import dataclasses
+    import random
+
+    from core.backends import availability
+    from core.config import RunConfig
+    from core.evaluation.evaluator import Evaluator
+
+    if availability("c"):
+        pytest.skip(availability("c"))
+    config = RunConfig.from_dict({"workload": "gemm", "backend": "c", "problem": {"m": 48, "n": 40, "k": 56},
+                                  "timeout_s": 20.0, "stability_launches": 4, "seed": 1})
+    ev = Evaluator(config, tmp_path / ".cache", log=lambda line: None, log_path=tmp_path / "sandbox.log",
+                   timing_target_s=0.02)
+    ev.start()
+    try:
+        space = ev.template.gene_space()
+        genome = (space.seed_genomes() or [space.random(random.Random(0))])[0]
+        [res] = ev.evaluate_sources([dataclasses.replace(ev.template.render(genome), source=WORKSPACE_GEMM)])
+    finally:
+        ev.close()
+    assert res.status == "ok", res.cause
+    assert res.extra_bytes >= 512 * MiB, res.extra_bytes  # before: a few hundred bytes

@@ -156,3 +156,39 @@ def test_a_dropped_triton_kernel_leaves_no_module_behind(tmp_path):
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["sum"] == 8 * 20  # every load ran
     assert out["live"] <= 1, out  # before: one module per load, kept for good
+
+
+def test_the_evaluators_sandbox_keeps_only_its_most_recent_kernels_mapped(tmp_path):
+    """Through the whole protocol (load, verify, time, stability, memory), nothing keeps a finished
+    candidate's kernel: the sandbox maps no more than the loader's most recent few."""
+    import dataclasses
+    import random
+
+    from core.backends import availability
+    from core.backends.c_loader import KEEP_LOADED
+    from core.config import RunConfig
+    from core.evaluation.evaluator import Evaluator
+
+    if availability("c"):
+        pytest.skip(availability("c"))
+    config = RunConfig.from_dict({"workload": "gemm", "backend": "c", "problem": {"m": 32, "n": 24, "k": 16},
+                                  "timeout_s": 20.0, "stability_launches": 2, "seed": 1})
+    ev = Evaluator(config, tmp_path / ".cache", log=lambda line: None, log_path=tmp_path / "sandbox.log",
+                   timing_target_s=0.005)
+    ev.start()
+    try:
+        space = ev.template.gene_space()
+        genome = (space.seed_genomes() or [space.random(random.Random(0))])[0]
+        seed = ev.template.render(genome)
+        count = KEEP_LOADED + 12
+        # An exported function of its own makes each a different object (twins are measured once).
+        sources = [dataclasses.replace(seed, source=f"{seed.source}\nint abebot_candidate_{i}(void) {{ return {i}; }}\n")
+                   for i in range(count)]
+        results = ev.evaluate_sources(sources)
+        assert [r.status for r in results] == ["ok"] * count, [r.cause for r in results]
+        [box] = ev.sandbox.sandboxes.values()
+        maps = Path(f"/proc/{box.info['pid']}/maps").read_text()
+    finally:
+        ev.close()
+    mapped = {line.split()[-1] for line in maps.splitlines() if str(tmp_path) in line and line.endswith(".so")}
+    assert len(mapped) <= KEEP_LOADED + 1, sorted(mapped)  # before: every one of them, for good
