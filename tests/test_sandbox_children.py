@@ -213,3 +213,40 @@ def test_a_segfault_is_the_candidates_and_is_not_retried(tmp_path):
         reply = box.call({"op": "segfault"})
         assert reply == {"status": "crashed", "cause": "killed by SIGSEGV"}
         assert box.restarts == 1 and box.outside_kills == 0
+
+
+class CrashAfterSetsidServer:
+    """Starts a process that leaves the sandbox's group with setsid(), then the sandbox crashes."""
+
+    def __init__(self, spec: dict):
+        pass
+
+    def handle(self, request: dict) -> dict:
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            if os.fork() == 0:
+                Path(request["pids"]).write_text(str(os.getpid()))
+                while True:
+                    time.sleep(0.2)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        time.sleep(1.5)  # the parent looks at its descendants every half second meanwhile
+        import ctypes
+
+        ctypes.string_at(0)
+        return {"status": "ok"}
+
+
+def test_a_process_left_by_a_sandbox_that_then_crashed_is_killed_too(tmp_path):
+    pids = tmp_path / "pids"
+    box = Sandbox({"server": "tests.test_sandbox_children:CrashAfterSetsidServer"}, timeout_s=30,
+                  log_path=tmp_path / "sandbox.log", startup_timeout_s=60)
+    with box:
+        reply = box.call({"op": "work", "pids": str(pids)})
+        assert reply == {"status": "crashed", "cause": "killed by SIGSEGV"}, reply
+        [orphan] = _pids(pids, 1, wait_s=0)
+        deadline = time.monotonic() + 5
+        while _alive(orphan) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(orphan)

@@ -105,6 +105,40 @@ def kill_tree(pid: int) -> None:
     kill_group(pid)
 
 
+class Watch:
+    """The parent's record of a child's descendants, taken while it waits on a request, so that those
+    still running after the child died (a crash right after a kernel ``setsid()``-forked: re-parented
+    to init, out of the child's reach) can still be killed. Each is known by its pid *and* start time,
+    so a pid reused by an unrelated process since is never signalled. A process that lives less than
+    one look (half a second) before the crash escapes it."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, int] = {}
+
+    def look(self, pid: int) -> None:
+        for p in descendants(pid):
+            if p not in self.seen:
+                start = _start_time(p)
+                if start is not None:
+                    self.seen[p] = start
+
+    def kill_survivors(self) -> list[int]:
+        """SIGKILL every recorded process still running with its recorded start time; their pids."""
+        killed = [p for p, start in self.seen.items() if _start_time(p) == start and running(p)]
+        for p in killed:
+            _signal(p, signal.SIGKILL)
+        self.seen.clear()
+        return killed
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def kill_group(pgid: int) -> None:
     """SIGKILL what is left of the process group ``pgid`` (nothing when it is gone). A group's id is
     not reused while it has members, so this reaches no stranger."""

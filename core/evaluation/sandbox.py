@@ -25,7 +25,9 @@ Nothing a kernel starts outlives its request (:mod:`core.evaluation.descendants`
 process group of its own and is a child subreaper, so every process a kernel forks, double-forks or
 ``setsid()`` stays its descendant. After each request it kills and reaps them all, and a reply
 becomes ``crashed: left a process running (pid N (name))`` when any was found running. A child
-killed on a timeout or at close has its descendants and its process group killed by the parent.
+killed on a timeout or at close has its descendants and its process group killed by the parent; one
+that died has its process group killed, and every descendant the parent saw while it worked
+(:class:`~core.evaluation.descendants.Watch`).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from core.evaluation.descendants import become_subreaper, descendants, kill_group, kill_tree, sweep
+from core.evaluation.descendants import Watch, become_subreaper, descendants, kill_group, kill_tree, sweep
 from core.evaluation.limits import limit_address_space as _limit_address_space
 from core.evaluation.limits import rearm_cpu_time as _limit_cpu_time
 from core.evaluation.limits import set_limit as _set_limit
@@ -77,6 +79,7 @@ class Sandbox:
         self.info: dict = {}  # what the server reported when it became ready
         self.restarts = 0
         self.outside_kills = 0  # deaths by a signal from outside (each retried once)
+        self._watch = Watch()  # the child's descendants, seen while it works on a request
         self._proc: mp.process.BaseProcess | None = None
         self._conn: Any = None
 
@@ -156,6 +159,7 @@ class Sandbox:
         elif not self.alive():
             self.restart()
         limit = self.timeout_s if timeout_s is None else timeout_s
+        self._watch.seen.clear()  # the last request's were swept by the child
         try:
             self._conn.send(request)
         except (OSError, BrokenPipeError):
@@ -182,6 +186,7 @@ class Sandbox:
                     return self._conn.recv()
             except (EOFError, OSError):
                 return _DEAD
+            self._watch.look(self._proc.pid)
             if not self._proc.is_alive():
                 try:
                     return self._conn.recv() if self._conn.poll(0) else _DEAD
@@ -192,6 +197,10 @@ class Sandbox:
         self._proc.join(5.0)
         code = self._proc.exitcode
         kill_group(self._proc.pid)  # what its kernels left in its process group (now orphans of init)
+        killed = self._watch.kill_survivors()  # and those that left the group, seen while it worked
+        if killed:
+            print(f"[sandbox] killed {len(killed)} process(es) its kernel left running: pids "
+                  f"{', '.join(map(str, killed))}", flush=True)
         self.restart()
         reply = {"status": "crashed", "cause": describe_exit(code)}
         if code is not None and code < 0 and -code in OUTSIDE_SIGNALS:
@@ -213,6 +222,7 @@ class Sandbox:
             proc.kill()
             proc.join(5.0)
         kill_group(proc.pid)
+        self._watch.kill_survivors()
 
 
 def describe_exit(exitcode: int | None) -> str:
