@@ -192,3 +192,47 @@ def test_the_evaluators_sandbox_keeps_only_its_most_recent_kernels_mapped(tmp_pa
         ev.close()
     mapped = {line.split()[-1] for line in maps.splitlines() if str(tmp_path) in line and line.endswith(".so")}
     assert len(mapped) <= KEEP_LOADED + 1, sorted(mapped)  # before: every one of them, for good
+
+
+def test_a_cuda_kernels_module_is_unloaded_with_its_last_reference(monkeypatch):
+    """Without a GPU: CuPy replaced by a stand-in that records loads and unloads (as CuPy's Module
+    unloads in its destructor). What is checked is that the runtime loads each cubin into a module of
+    its own, not CuPy's per-path memo, and keeps nothing once the kernel is dropped."""
+    import sys
+    import types
+
+    from core.backends.base import Artifact
+    from core.backends.cuda import CudaRuntime
+
+    loaded: set[str] = set()
+    attrs = {1: 1024, 3: 0, 4: 40}
+
+    class Module:
+        def load_file(self, path):
+            self.path = path
+            loaded.add(path)
+
+        def get_function(self, name):
+            return types.SimpleNamespace(ptr=7, module=self, name=name)
+
+        def __del__(self):
+            loaded.discard(getattr(self, "path", None))
+
+    set_calls = []
+    driver = types.SimpleNamespace(funcGetAttribute=lambda which, ptr: attrs[which],
+                                   funcSetAttribute=lambda ptr, which, value: set_calls.append((which, value)))
+    cuda = types.SimpleNamespace(Device=lambda i: types.SimpleNamespace(use=lambda: None), driver=driver,
+                                 function=types.SimpleNamespace(Module=Module))
+    cupy = types.SimpleNamespace(cuda=cuda)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.function", cuda.function)
+    runtime = CudaRuntime.__new__(CudaRuntime)  # no torch CUDA device here
+    runtime.device_index = 0
+    art = Artifact("cuda", "k", "abebot_k", "/cache/k.cubin", launch={"dynamic_shared_bytes": 64 * 1024})
+    kernel = runtime.load(art)
+    assert loaded == {"/cache/k.cubin"}
+    assert kernel.resources["registers"] == 40 and kernel.resources["shared_bytes"] == 1024 + 64 * 1024
+    assert set_calls == [(8, 64 * 1024)]  # past 48 KB in all: the block opts in to its dynamic shared memory
+    del kernel
+    assert loaded == set()
