@@ -10,6 +10,9 @@ rebuilt (the reason is logged on the ``abebot.cache`` logger and kept in the art
 
 What this does not cover: a file swapped between this check (in the GA process) and the sandbox
 loading it, and Triton's own JIT cache (``<cache>/triton/triton/``), which Triton keys itself.
+
+Each backend's folder is also capped in size (:func:`note_write`, :func:`trim`): ``ABEBOT_CACHE_BYTES``
+(default 4 GiB), least recently used entries first; a cache hit renews an entry (:func:`touch`).
 """
 from __future__ import annotations
 
@@ -197,8 +200,8 @@ def trim(cache_dir: Path, cap: int, protect: frozenset[str] = frozenset(),
             if not entry.is_file(follow_symlinks=False):
                 continue
             st = entry.stat(follow_symlinks=False)
-            if entry.name.startswith(".") and entry.name.endswith(".tmp"):
-                if now - st.st_mtime > STALE_TEMP_S:
+            if entry.name.startswith("."):  # temporary files; any other hidden file is not ours
+                if entry.name.endswith(".tmp") and now - st.st_mtime > STALE_TEMP_S:
                     removed += _unlink(Path(entry.path), st.st_size)
                 continue
             key = entry.name.split(".", 1)[0]
