@@ -12,8 +12,7 @@ The parent's :class:`Sandbox` turns every way the child can fail into a reply di
 * no reply within the timeout -> ``{"status": "timeout"}``; the child is killed and restarted;
 * the child dies (a signal such as SIGSEGV, or an exit) -> ``{"status": "crashed", "cause": ...}``
   with the signal's name; the child is restarted;
-* the reply asks for ``"restart": True`` (a sticky device error) -> the reply as is, then a restart.
-
+* the reply asks for ``"restart": True`` (a sticky device error) -> the reply as is, then a restart;
 * the child is killed from outside (SIGKILL, say by the OOM killer, or SIGTERM: signals no limit
   and no candidate fault sends; the watchdog's own kills are timeouts) -> the request is sent once
   more to a fresh child, and only a second such death is the candidate's ``crashed``.
