@@ -231,7 +231,9 @@ class CrashAfterSetsidServer:
                     time.sleep(0.2)
             os._exit(0)
         os.waitpid(pid, 0)
-        time.sleep(1.5)  # the parent looks at its descendants every half second meanwhile
+        deadline = time.monotonic() + 20
+        while not Path(request["go"]).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the test has seen the parent notice the orphan
         import ctypes
 
         ctypes.string_at(0)
@@ -242,8 +244,22 @@ def test_a_process_left_by_a_sandbox_that_then_crashed_is_killed_too(tmp_path):
     pids = tmp_path / "pids"
     box = Sandbox({"server": "tests.test_sandbox_children:CrashAfterSetsidServer"}, timeout_s=30,
                   log_path=tmp_path / "sandbox.log", startup_timeout_s=60)
+    go = tmp_path / "go"
+
+    def let_it_crash_once_the_parent_has_seen_the_orphan() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            started = _pids(pids, 1, wait_s=0)
+            if started and started[0] in box._watch.seen:
+                break
+            time.sleep(0.05)
+        go.write_text("")
+
     with box:
-        reply = box.call({"op": "work", "pids": str(pids)})
+        helper = threading.Thread(target=let_it_crash_once_the_parent_has_seen_the_orphan)
+        helper.start()
+        reply = box.call({"op": "work", "pids": str(pids), "go": str(go)})
+        helper.join()
         assert reply == {"status": "crashed", "cause": "killed by SIGSEGV"}, reply
         [orphan] = _pids(pids, 1, wait_s=0)
         deadline = time.monotonic() + 5
