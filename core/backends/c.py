@@ -24,8 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
-from core.backends import cache, elf
+from core.backends import c_guard, cache, elf
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime, source_hash
+from core.backends.c_loader import Loader
 
 BASE_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp")
 LINK_FLAGS: tuple[str, ...] = ("-lm",)
@@ -152,7 +153,10 @@ class CBackend(Backend):
         """Build ``<cache_dir>/<hash>.so`` (cached); CompileError with the trimmed log on failure.
 
         A cached ``.so`` is used only when ``<hash>.sha256`` beside it matches its bytes
-        (:mod:`core.backends.cache`); otherwise it is deleted and rebuilt. The artifact's path is
+        (:mod:`core.backends.cache`); otherwise it is deleted and rebuilt. The source is refused before
+        the compiler runs if it includes a file outside its folder and the toolchain's headers, and the
+        compiler runs under limits (:mod:`core.backends.c_guard`). The cache folder is kept under
+        ``ABEBOT_CACHE_BYTES`` (:func:`core.backends.cache.note_write`). The artifact's path is
         absolute: the sandbox loads it from a working directory of its own.
         """
         cache_dir = Path(cache_dir).absolute()
@@ -164,14 +168,20 @@ class CBackend(Backend):
             if so_path.exists():
                 why = cache.mismatch(cache_dir, key, [so_path])
                 if why is None:
+                    cache.touch(so_path)  # recently used: the last to go when the cache is trimmed
                     return self._artifact(kernel, key, so_path, 0.0, "cache hit")
                 rejected = cache.discard(cache_dir, key, [so_path], why) + "\n"
+            refused = c_guard.refused_include(kernel.source)
+            if refused:  # before the compiler opens anything (core/backends/c_guard.py)
+                raise CompileError(refused)
             c_path = cache_dir / f"{key}.c"
             cache.atomic_write(c_path, kernel.source.encode())
             t0 = time.perf_counter()
             log, digest = _run_compiler(c_path, so_path, kernel.flags)
             cache.record(cache_dir, key, {so_path.name: digest})
-            return self._artifact(kernel, key, so_path, time.perf_counter() - t0, rejected + log)
+            artifact = self._artifact(kernel, key, so_path, time.perf_counter() - t0, rejected + log)
+        cache.note_write(cache_dir, self._lock_for)  # capped at ABEBOT_CACHE_BYTES, least recently used first
+        return artifact
 
     def make_runtime(self) -> "CRuntime":
         return CRuntime(self.device)
@@ -217,11 +227,15 @@ def usable_cores() -> int:
 
 def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> tuple[str, str]:
     """Compile to a temporary name, then move it into place; returns the compiler's log and the
-    SHA-256 of the object (hashed before it is moved into the shared cache)."""
+    SHA-256 of the object (hashed before it is moved into the shared cache). Every process of the
+    compile runs under :func:`core.backends.c_guard.compile_limits` (memory, CPU time, file size)."""
     tmp = so_path.with_name(f".{so_path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.so.tmp")
-    cmd = [*compiler_command(), *BASE_FLAGS, *flags, "-o", str(tmp), str(c_path), *LINK_FLAGS]
+    limits = c_guard.compile_limits()
+    cmd, preexec = c_guard.limited([*compiler_command(), *BASE_FLAGS, *c_guard.DIAGNOSTIC_FLAGS, *flags,
+                                    "-o", str(tmp), str(c_path), *LINK_FLAGS], limits)
     # A session of its own, so a timeout kills cc1 and as too, not only the driver.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=preexec)
     try:
         out, _ = proc.communicate(timeout=COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -231,7 +245,9 @@ def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> tuple[
         raise CompileError(f"compile timed out after {COMPILE_TIMEOUT_S:.0f} s") from None
     if proc.returncode != 0 or not tmp.exists():
         tmp.unlink(missing_ok=True)
-        raise CompileError(_trim(out) or f"compiler exited with status {proc.returncode}")
+        cause = c_guard.limit_cause(out, proc.returncode, limits)
+        log = _trim(out, LOG_LIMIT // 2 if cause else LOG_LIMIT)
+        raise CompileError(f"{cause}\n{log}".strip() if cause else log or f"compiler exited with status {proc.returncode}")
     digest = cache.file_sha256(tmp)
     os.replace(tmp, so_path)
     return _trim(out), digest
@@ -245,24 +261,19 @@ class CRuntime(Runtime):
 
         self.device = device
         self.arrays = NumpyArrays()
-        self._libs: dict[str, ctypes.CDLL] = {}  # kept alive: ctypes never unloads, but drop no handle early
+        self.loader = Loader()  # dlcloses a kernel's object once nothing can call into it (issue 36)
 
     def load(self, artifact: Artifact) -> "CKernel":
-        """The entry point as a ctypes function with its argument types set."""
+        """The entry point as a ctypes function with its argument types set. Its shared object is
+        unloaded once the kernel and every call bound from it are gone (:mod:`core.backends.c_loader`)."""
         if not artifact.path:
             raise ValueError("C artifact has no path")
-        lib = self._libs.get(artifact.path)
-        if lib is None:
-            # RTLD_LOCAL: every kernel exports the same symbol name; each is looked up in its own handle.
-            lib = ctypes.CDLL(artifact.path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
-            self._libs[artifact.path] = lib
-        fn = getattr(lib, artifact.entry)
         names = artifact.launch.get("argtypes")
         if not names:
             raise ValueError(f"entry {artifact.entry!r} has no launch['argtypes'] (the template names its C signature)")
-        fn.argtypes = [CTYPES[n] for n in names]
-        fn.restype = None
-        return CKernel(fn, artifact)
+        fn = self.loader.open(artifact.path).function(artifact.entry, [CTYPES[n] for n in names])
+        self.arrays.begin_kernel()
+        return CKernel(fn, artifact, self.arrays)
 
     def synchronize(self) -> None:
         """Calls are synchronous on the CPU."""
@@ -305,17 +316,39 @@ class CRuntime(Runtime):
 
 class CKernel:
     """A loaded C entry point; ``bind(*args)`` turns numpy arrays into pointers (None into NULL) once
-    and returns the zero-argument call the harness times."""
+    and returns the zero-argument call the harness times.
 
-    def __init__(self, function: Any, artifact: Artifact):
+    The kernel's first call is measured: the C heap it grew and kept (a workspace allocated once) is
+    reported to ``arrays`` (:meth:`NumpyArrays.note_kernel_heap`) and counted into its memory. Until
+    that first call, ``bind`` returns a launcher that checks a flag; after it, the plain call (the
+    launches the harness times are bound after verification's)."""
+
+    def __init__(self, function: Any, artifact: Artifact, arrays: Any = None):
         self.function = function
         self.launch_params = dict(artifact.launch)
         self.resources = dict(artifact.resources)
+        self._arrays = arrays
+        self._measured = arrays is None
 
     def bind(self, *args: Any) -> Callable[[], None]:
         conv = tuple(a.ctypes.data if hasattr(a, "ctypes") else a for a in args)
         fn = self.function
-        return lambda: fn(*conv)
+        if self._measured:
+            return lambda: fn(*conv)
+
+        def first_call_measured() -> None:
+            if self._measured:
+                fn(*conv)
+                return
+            self._measured = True
+            from core.backends.numpy_arrays import heap_in_use
+
+            before = heap_in_use()
+            fn(*conv)
+            if before is not None:
+                self._arrays.note_kernel_heap((heap_in_use() or 0) - before)
+
+        return first_call_measured
 
     def __call__(self, *args: Any) -> None:
         self.bind(*args)()

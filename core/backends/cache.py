@@ -10,6 +10,9 @@ rebuilt (the reason is logged on the ``abebot.cache`` logger and kept in the art
 
 What this does not cover: a file swapped between this check (in the GA process) and the sandbox
 loading it, and Triton's own JIT cache (``<cache>/triton/triton/``), which Triton keys itself.
+
+Each backend's folder is also capped in size (:func:`note_write`, :func:`trim`): ``ABEBOT_CACHE_BYTES``
+(default 4 GiB), least recently used entries first; a cache hit renews an entry (:func:`touch`).
 """
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ import os
 import re
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import ContextManager, Iterator
+from typing import Callable, ContextManager, Iterator
 
 log = logging.getLogger("abebot.cache")
 _LINE = re.compile(r"^([0-9a-f]{64})  (\S+)$")
@@ -141,3 +145,90 @@ def atomic_write(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+# -- size cap --------------------------------------------------------------------------------------
+DEFAULT_CAP_BYTES = 4 << 30
+TRIM_EVERY = 32  # writes into one cache folder between two trims (a trim lists the folder)
+STALE_TEMP_S = 3600.0  # a temporary file this old is a killed compile's: removed by the next trim
+_writes: dict[str, int] = {}
+_writes_guard = threading.Lock()
+
+
+def cap_bytes() -> int:
+    """The compile cache's cap per backend folder: ``ABEBOT_CACHE_BYTES`` (bytes), else 4 GiB."""
+    raw = os.environ.get("ABEBOT_CACHE_BYTES", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_CAP_BYTES
+
+
+def touch(path: Path) -> None:
+    """Mark a cache entry used now (its modification time: access times are often not kept)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def note_write(cache_dir: Path, lock: Callable[[str], ContextManager[None]] | None = None) -> int:
+    """Count a new entry in ``cache_dir``; trim the folder at the first write and every
+    :data:`TRIM_EVERY` after. Returns the bytes removed (0 when no trim ran). Call it holding no
+    key lock: the trim takes each entry's (``lock(key)``, else :func:`key_lock`) before deleting it."""
+    key = str(Path(cache_dir).absolute())
+    with _writes_guard:
+        count = _writes[key] = _writes.get(key, 0) + 1
+    if count % TRIM_EVERY != 1:
+        return 0
+    try:
+        return trim(Path(cache_dir), cap_bytes(), lock=lock)
+    except OSError as exc:  # a trim that fails never fails a compile
+        log.warning("compile cache %s not trimmed: %s", cache_dir, exc)
+        return 0
+
+
+def trim(cache_dir: Path, cap: int, protect: frozenset[str] = frozenset(),
+         lock: Callable[[str], ContextManager[None]] | None = None) -> int:
+    """Delete the least recently used entries of ``cache_dir`` (every file ``<key>.*``, by the newest
+    modification time among them) until its files total at most 90% of ``cap``, and temporary files
+    left by killed compiles (``.*.tmp`` older than an hour). Subfolders (Triton's own cache) are left
+    alone. ``protect`` names keys kept whatever their age. Returns the bytes removed."""
+    now = time.time()
+    entries: dict[str, list] = {}  # key -> [newest mtime, bytes, paths]
+    removed = 0
+    total = 0
+    with os.scandir(cache_dir) as it:
+        for entry in it:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if entry.name.startswith("."):  # temporary files; any other hidden file is not ours
+                if entry.name.endswith(".tmp") and now - st.st_mtime > STALE_TEMP_S:
+                    removed += _unlink(Path(entry.path), st.st_size)
+                continue
+            key = entry.name.split(".", 1)[0]
+            slot = entries.setdefault(key, [0.0, 0, []])
+            slot[0] = max(slot[0], st.st_mtime)
+            slot[1] += st.st_size
+            slot[2].append(Path(entry.path))
+            total += st.st_size
+    if total <= cap:
+        return removed
+    goal = int(cap * 0.9)
+    for key, (_, size, paths) in sorted(entries.items(), key=lambda kv: kv[1][0]):
+        if total <= goal:
+            break
+        if key in protect:
+            continue
+        with (lock(key) if lock else key_lock(cache_dir, key)):
+            for p in paths:
+                removed += _unlink(p, p.stat().st_size if p.exists() else 0)
+        total -= size
+    log.info("compile cache %s trimmed to %d bytes (cap %d)", cache_dir, total, cap)
+    return removed
+
+
+def _unlink(path: Path, size: int) -> int:
+    try:
+        path.unlink()
+        return size
+    except FileNotFoundError:
+        return 0

@@ -7,8 +7,8 @@ Where each half runs:
 * ``compile`` (GA process, thread pool) calls NVRTC with an explicit ``--gpu-architecture=sm_XY``:
   NVRTC is a plain compiler library and needs no device or context. The cubin and a JSON side file
   (ptxas resource report: registers, shared, spill bytes) are cached by source hash;
-* :class:`CudaRuntime` (sandbox only) loads the cubin with ``cupy.RawModule``, reads the function's
-  own attributes (``num_regs``, ``shared_size_bytes``, ``local_size_bytes``) and launches on
+* :class:`CudaRuntime` (sandbox only) loads the cubin into a CuPy ``Module`` (unloaded with its last
+  kernel), reads the function's own attributes (``num_regs``, ``shared_size_bytes``, ``local_size_bytes``) and launches on
   torch's current stream, so torch inputs, CUDA events and CUDA graphs all see the same stream.
 
 Kernels are header-free CUDA C (bf16/fp16 handled as 16-bit integers with PTX conversions), so
@@ -191,7 +191,9 @@ class CudaBackend(TorchGpuBackend):
         key = self.cache_key(kernel)
         cache_dir = Path(cache_dir).absolute()
         with cache.key_lock(cache_dir, key):
-            return self._compile(kernel, cache_dir, key)
+            artifact = self._compile(kernel, cache_dir, key)
+        cache.note_write(cache_dir)  # capped at ABEBOT_CACHE_BYTES, least recently used first
+        return artifact
 
     def _compile(self, kernel: KernelSource, cache_dir: Path, key: str) -> Artifact:
         cubin, meta = cache_dir / f"{key}.cubin", cache_dir / f"{key}.json"
@@ -201,6 +203,7 @@ class CudaBackend(TorchGpuBackend):
             if why is None:
                 try:
                     info = json.loads(meta.read_text())
+                    cache.touch(cubin)
                     return self._artifact(kernel, key, cubin, info["resources"], 0.0, info["log"])
                 except (OSError, ValueError, KeyError, TypeError) as exc:
                     why = f"{meta.name} unreadable ({type(exc).__name__})"
@@ -277,22 +280,37 @@ class CudaKernel:
         self.bind(grid, block, args, shared_mem)()
 
 
+# cuFuncGetAttribute's CUfunction_attribute values (cuda.h).
+_FUNC_SHARED_SIZE_BYTES, _FUNC_LOCAL_SIZE_BYTES, _FUNC_NUM_REGS, _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES = 1, 3, 4, 8
+
+
 class CudaRuntime(TorchCudaRuntime):
     """Sandbox half of the ``cuda`` backend; timing and synchronisation come from :class:`TorchCudaRuntime`."""
 
     def load(self, artifact: Artifact) -> CudaKernel:
-        """Load the cubin; resources are replaced by the function's own attributes."""
+        """Load the cubin; resources are replaced by the function's own attributes.
+
+        The cubin is loaded into a ``cupy.cuda.function.Module`` of its own, not a ``cupy.RawModule``:
+        CuPy memoizes a RawModule's module per path and device for the life of the process, so every
+        candidate's cubin stayed loaded (issue 36). A plain Module is unloaded (``cuModuleUnload``)
+        when the kernel, its function and every launch bound from it are gone."""
         import cupy
+        from cupy.cuda import driver
+        from cupy.cuda.function import Module
 
         cupy.cuda.Device(self.device_index).use()
-        module = cupy.RawModule(path=artifact.path)
-        fn = module.get_function(artifact.entry)
-        dyn = int(artifact.launch.get("dynamic_shared_bytes", 0))
-        if dyn and dyn + int(fn.shared_size_bytes) > 48 * 1024:  # past 48 KB in all, a block opts in to its dynamic part
-            fn.max_dynamic_shared_size_bytes = dyn
+        module = Module()
+        module.load_file(artifact.path)
+        fn = module.get_function(artifact.entry)  # holds the module: unloaded after the last reference
+
+        def attribute(which: int) -> int:
+            return int(driver.funcGetAttribute(which, fn.ptr))
+
+        static, dyn = attribute(_FUNC_SHARED_SIZE_BYTES), int(artifact.launch.get("dynamic_shared_bytes", 0))
+        if dyn and dyn + static > 48 * 1024:  # past 48 KB in all, a block opts in to its dynamic part
+            driver.funcSetAttribute(fn.ptr, _FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, dyn)
         k = CudaKernel(fn, artifact)
-        k.resources.update({"registers": int(fn.num_regs), "static_shared_bytes": int(fn.shared_size_bytes),
-                            "local_bytes": int(fn.local_size_bytes),
-                            "shared_bytes": int(fn.shared_size_bytes) + dyn})
-        k.module = module  # keep the module alive as long as the kernel
+        k.resources.update({"registers": attribute(_FUNC_NUM_REGS), "static_shared_bytes": static,
+                            "local_bytes": attribute(_FUNC_LOCAL_SIZE_BYTES), "shared_bytes": static + dyn})
+        k.module = module
         return k

@@ -1,6 +1,7 @@
 """numpy as a harness's array library (the C backend's kernels read and write numpy buffers)."""
 from __future__ import annotations
 
+import ctypes
 import tracemalloc
 from typing import Any, Callable
 
@@ -81,15 +82,35 @@ class NumpyArrays(Arrays):
     def nbytes(self, x) -> int:
         return int(x.nbytes)
 
+    # -- memory a kernel allocates itself (issue 36, item 7) ---------------------------------------
+    kernel_heap_bytes = 0  # heap the current C kernel kept after its first call (CKernel measures it)
+
+    def begin_kernel(self) -> None:
+        """A new kernel is loaded: what the previous one kept is not this one's."""
+        self.kernel_heap_bytes = 0
+
+    def note_kernel_heap(self, grown: int) -> None:
+        """The heap grew by ``grown`` bytes over the current kernel's first call and stayed: memory it
+        keeps (a workspace allocated once and reused), counted into every later measurement."""
+        self.kernel_heap_bytes = max(self.kernel_heap_bytes, int(grown))
+
     def peak_extra_bytes(self, fn: Callable[[], Any]) -> int:
-        """Peak Python-visible allocations of one call (numpy's temporaries), by tracemalloc.
-        Buffers a library allocates outside Python's allocator (OpenBLAS's own) are not seen."""
+        """Memory one call needs beyond its inputs and outputs: the largest of the peak Python-visible
+        allocations (numpy's temporaries, by tracemalloc), the C heap's growth (``mallinfo2``) and the
+        resident set's peak growth over the call (``VmHWM``, reset before it: memory a kernel touches and
+        frees within the call, from malloc or mmap), plus the heap the kernel kept since its first call
+        (:meth:`note_kernel_heap`). Buffers a library allocates and never touches are not seen."""
+        heap0 = heap_in_use()
+        rss0 = _reset_peak_rss()
         tracemalloc.start()
         try:
             fn()
-            return int(tracemalloc.get_traced_memory()[1])
+            traced = int(tracemalloc.get_traced_memory()[1])
         finally:
             tracemalloc.stop()
+        heap = max(0, heap_in_use() - heap0) if heap0 is not None else 0
+        rss = max(0, _peak_rss() - rss0) if rss0 is not None else 0
+        return max(traced, heap, rss) + int(self.kernel_heap_bytes)
 
     def index_table(self, rows):
         return np.asarray(rows, dtype=np.int64).reshape(len(rows), -1)
@@ -109,3 +130,55 @@ class NumpyArrays(Arrays):
 
     def to_host(self, values):
         return [float(v) for v in values]
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    try:
+        fn = ctypes.CDLL(None).mallinfo2  # glibc 2.33 on
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [], _MallInfo2
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def heap_in_use() -> int | None:
+    """Bytes the C allocator has handed out and not had back, over every arena and its mmapped
+    blocks (``mallinfo2``: ``uordblks + hblkhd``); None where the C library has no ``mallinfo2``."""
+    if _MALLINFO2 is None:
+        return None
+    info = _MALLINFO2()
+    return int(info.uordblks) + int(info.hblkhd)
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _reset_peak_rss() -> int | None:
+    """Reset the peak resident set to the current one (``/proc/self/clear_refs``); the current RSS,
+    or None where the peak cannot be reset."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return None
+    return _status_kib("VmRSS:")
+
+
+def _peak_rss() -> int:
+    return _status_kib("VmHWM:") or 0

@@ -11,19 +11,23 @@ Where each half runs:
 * :class:`TritonRuntime` (sandbox) imports the module; its first launch finds the compiled kernel
   in that cache (a kernel the compile processes missed is JIT-compiled there, as before). The
   compiled kernel's registers, spills and shared memory are read from Triton's handle after that
-  first launch.
+  first launch. A kernel's module, its compiled kernels and their CUDA modules are released once
+  the kernel is gone (:func:`release_modules`, at the next load).
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import importlib.util
 import itertools
+import linecache
 import os
 import sys
 import time
+import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from core.backends import cache
 from core.backends.base import Artifact, CompileError, KernelSource, Runtime
@@ -65,6 +69,7 @@ class TritonBackend(TorchGpuBackend):
             raise CompileError(f"{exc.__class__.__name__}: {exc}") from None
         with cache.key_lock(cache_dir, key):
             log = self._cached_module(cache_dir, key, path, data)
+        cache.note_write(cache_dir)  # the modules capped at ABEBOT_CACHE_BYTES (Triton's own cache is its own)
         return Artifact(backend=self.name, source_hash=key, entry=kernel.entry, path=str(path), launch=dict(kernel.launch),
                         resources=dict(kernel.resources), compile_seconds=time.perf_counter() - t0, log=log)
 
@@ -80,6 +85,7 @@ class TritonBackend(TorchGpuBackend):
                 except OSError as exc:
                     why = f"{path.name} unreadable ({exc})"
             if why is None:
+                cache.touch(path)
                 return "cache hit; Triton JIT-compiles it at its first launch in the sandbox"
             log = cache.discard(cache_dir, key, [path], why) + "\n" + log
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -159,8 +165,21 @@ class TritonRuntime(TorchCudaRuntime):
     """Sandbox half of the ``triton`` backend."""
 
     def load(self, artifact: Artifact) -> TritonKernel:
-        """Import the generated module (Triton compiles at the first launch)."""
+        """Import the generated module (Triton compiles at the first launch). The modules of kernels
+        dropped since the last load are released first, their CUDA modules unloaded."""
+        release_modules(self._unload)
         return load_module(artifact)
+
+    def _unload(self, handles: list[int]) -> None:
+        """``cuModuleUnload`` each of Triton's module handles, once the device has finished with them;
+        none after a failed synchronize (the context is lost, and the sandbox restarts anyway)."""
+        try:
+            self.synchronize()
+        except Exception:
+            return
+        unload = _cu_module_unload()
+        for handle in handles:
+            unload(ctypes.c_void_p(handle))
 
 
 class InterpreterRuntime(Runtime):
@@ -176,6 +195,7 @@ class InterpreterRuntime(Runtime):
         self.arrays = TorchArrays("cpu")
 
     def load(self, artifact: Artifact) -> TritonKernel:
+        release_modules()
         return load_module(artifact)
 
     def synchronize(self) -> None:
@@ -209,4 +229,63 @@ def load_module(artifact: Artifact) -> TritonKernel:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    return TritonKernel(module, artifact)
+    kernel = TritonKernel(module, artifact)
+    # Once the kernel is gone its module is released at the next load (release_modules), not here:
+    # a finalizer runs wherever the last reference drops, perhaps with launches still in flight.
+    weakref.finalize(kernel, _dropped.append, (name, artifact.path)).atexit = False
+    return kernel
+
+
+_dropped: list[tuple[str, str]] = []  # (module name, path) of kernels gone since the last release
+
+
+def release_modules(unload: Callable[[list[int]], None] | None = None) -> int:
+    """Forget the generated modules of every kernel dropped since the last call: their entries in
+    ``sys.modules`` and ``linecache``, and the compiled kernels their ``@triton.jit`` functions cache,
+    whose CUDA module handles are passed to ``unload`` (None: interpreted, nothing loaded). Returns
+    how many modules were released. Without this every candidate's module, its JIT functions and
+    Triton's loaded CUDA module stayed in the sandbox for the length of a run (issue 36)."""
+    released, handles = 0, []
+    while _dropped:
+        name, path = _dropped.pop()
+        linecache.cache.pop(path, None)
+        module = sys.modules.pop(name, None)
+        if module is None:
+            continue
+        released += 1
+        for value in list(vars(module).values()):
+            for compiled in _forget_compiled(value):
+                handle = getattr(compiled, "module", None)
+                if handle:
+                    handles.append(int(handle))
+    if handles and unload is not None:
+        unload(handles)
+    return released
+
+
+def _forget_compiled(value: Any) -> list:
+    """The compiled kernels a ``@triton.jit`` function (under any autotune/heuristics wrappers) caches,
+    its caches emptied; [] for any other value."""
+    try:
+        from triton.runtime.jit import KernelInterface
+    except Exception:
+        return []
+    found: list = []
+    for _ in range(8):  # Autotuner -> Heuristics -> JITFunction: each wrapper's ``fn`` is the next
+        if not isinstance(value, KernelInterface):
+            break
+        caches = getattr(value, "device_caches", None) or getattr(value, "cache", None)
+        if isinstance(caches, dict):
+            for entry in caches.values():
+                table = entry[0] if isinstance(entry, tuple) else entry
+                if isinstance(table, dict):
+                    found.extend(table.values())
+            caches.clear()
+        value = getattr(value, "fn", None)
+    return found
+
+
+def _cu_module_unload() -> Callable[[Any], int]:
+    fn = ctypes.CDLL("libcuda.so.1").cuModuleUnload
+    fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int
+    return fn

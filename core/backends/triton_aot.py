@@ -131,8 +131,9 @@ def _compile_module(module_path: str, backend: str, launches, device: dict) -> d
     import sys
 
     from core.backends.base import Artifact, CompileError
-    from core.backends.triton import load_module
+    from core.backends.triton import load_module, release_modules
 
+    release_modules()  # the previous modules' bookkeeping (they left sys.modules in its finally)
     t0 = time.perf_counter()
     loaded: list = []
 

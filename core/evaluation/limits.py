@@ -1,5 +1,6 @@
-"""The limits the CPU sandbox runs under (``core/evaluation/sandbox.py`` applies them), and the
-host memory they are sized from."""
+"""The limits the CPU sandbox runs under, the host memory they are sized from, and the functions
+the sandbox process applies them with (:func:`set_limit`, :func:`rearm_cpu_time`,
+:func:`limit_address_space`, called by ``core/evaluation/sandbox.py``)."""
 from __future__ import annotations
 
 import math
@@ -68,3 +69,60 @@ def _cgroup_headroom() -> int | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+# -- applied in the sandbox process (core/evaluation/sandbox.py) ----------------------------------
+def set_limit(name: str, value: int, hard: bool = True) -> bool:
+    """Lower ``resource.<name>`` to ``value`` (soft, and hard too when ``hard``); never above the
+    existing hard limit. False where it cannot be set."""
+    try:
+        import resource
+
+        which = getattr(resource, name)
+        _, old_hard = resource.getrlimit(which)
+        value = int(value) if old_hard == resource.RLIM_INFINITY else min(int(value), old_hard)
+        resource.setrlimit(which, (value, value if hard else old_hard))
+        return True
+    except (ImportError, AttributeError, ValueError, OSError):
+        return False
+
+
+def rearm_cpu_time(limits: dict) -> bool:
+    """Re-arm RLIMIT_CPU (soft only, so it can be re-armed) to the CPU time used so far plus
+    ``cpu_seconds``: the budget is per request, not for the life of the process."""
+    budget = limits.get("cpu_seconds")
+    if not budget:
+        return False
+    try:
+        import resource
+
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        return set_limit("RLIMIT_CPU", math.ceil(used.ru_utime + used.ru_stime + float(budget)), hard=False)
+    except (ImportError, OSError):
+        return False
+
+
+def limit_address_space(limits: dict, spec: dict) -> None:
+    """RLIMIT_AS = the address space mapped now + ``address_space_bytes``; never for a GPU backend
+    (CUDA reserves address ranges far larger than the memory it uses)."""
+    extra = limits.get("address_space_bytes")
+    if not extra or device_kind(spec) == "gpu":
+        return
+    try:
+        mapped = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return
+    if set_limit("RLIMIT_AS", mapped + int(extra)):
+        print(f"[sandbox {os.getpid()}] address space limited to {(mapped + int(extra)) / 2**30:.1f} GiB", flush=True)
+
+
+def device_kind(spec: dict) -> str:
+    backend = spec.get("backend")
+    if not backend:
+        return ""
+    try:
+        from core.backends import backend_class
+
+        return backend_class(backend).device_kind
+    except Exception:
+        return "gpu"  # unknown: do not risk an address-space limit under CUDA

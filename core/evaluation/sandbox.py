@@ -12,15 +12,25 @@ The parent's :class:`Sandbox` turns every way the child can fail into a reply di
 * no reply within the timeout -> ``{"status": "timeout"}``; the child is killed and restarted;
 * the child dies (a signal such as SIGSEGV, or an exit) -> ``{"status": "crashed", "cause": ...}``
   with the signal's name; the child is restarted;
-* the reply asks for ``"restart": True`` (a sticky device error) -> the reply as is, then a restart.
+* the reply asks for ``"restart": True`` (a sticky device error) -> the reply as is, then a restart;
+* the child is killed from outside (SIGKILL, say by the OOM killer, or SIGTERM: signals no limit
+  and no candidate fault sends; the watchdog's own kills are timeouts) -> the request is sent once
+  more to a fresh child, and only a second such death is the candidate's ``crashed``.
 
 The child's stdout and stderr (C ``printf`` too, and faulthandler's traceback on a crash) go to a
 log file, never to the terminal; it ignores SIGINT so Ctrl-C reaches only the parent.
+
+Nothing a kernel starts outlives its request (:mod:`core.evaluation.descendants`): the child leads a
+process group of its own and is a child subreaper, so every process a kernel forks, double-forks or
+``setsid()`` stays its descendant. After each request it kills and reaps them all, and a reply
+becomes ``crashed: left a process running (pid N (name))`` when any was found running. A child
+killed on a timeout or at close has its descendants and its process group killed by the parent; one
+that died has its process group killed, and every descendant the parent saw while it worked
+(:class:`~core.evaluation.descendants.Watch`).
 """
 from __future__ import annotations
 
 import importlib
-import math
 import multiprocessing as mp
 import os
 import signal
@@ -30,7 +40,18 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from core.evaluation.descendants import Watch, become_subreaper, descendants, kill_group, kill_tree, sweep
+from core.evaluation.limits import limit_address_space as _limit_address_space
+from core.evaluation.limits import rearm_cpu_time as _limit_cpu_time
+from core.evaluation.limits import set_limit as _set_limit
+from core.evaluation.workdir import fresh_workdir as _fresh_workdir
+from core.evaluation.workdir import remove_workdir as _remove_workdir
+
 STARTUP_TIMEOUT_S = 180.0  # spawning and importing a GPU stack (torch, triton) can take a while
+# Signals that end a child without a limit or a candidate fault behind them: the OOM killer's SIGKILL
+# (the CPU-time limit is soft: it sends SIGXCPU), or someone's SIGTERM. A kernel may still send one to
+# itself: its request is then retried once and is crashed the second time.
+OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM})
 
 
 _DEAD = object()  # _receive's answer when the child has gone
@@ -56,6 +77,8 @@ class Sandbox:
         self.startup_timeout_s = startup_timeout_s
         self.info: dict = {}  # what the server reported when it became ready
         self.restarts = 0
+        self.outside_kills = 0  # deaths by a signal from outside (each retried once)
+        self._watch = Watch()  # the child's descendants, seen while it works on a request
         self._proc: mp.process.BaseProcess | None = None
         self._conn: Any = None
 
@@ -113,13 +136,29 @@ class Sandbox:
     def call(self, request: dict, timeout_s: float | None = None) -> dict:
         """Send one request, return its reply; never raises for what the child does.
 
-        A timeout or a dead child gives a ``timeout``/``crashed`` reply and a fresh child.
+        A timeout or a dead child gives a ``timeout``/``crashed`` reply and a fresh child. A child
+        killed from outside (:data:`OUTSIDE_SIGNALS`) is not the candidate's fault on its own: the
+        request is sent again, once, to the fresh child, and its reply is the answer.
         """
+        reply = self._call_once(request, timeout_s)
+        if not reply.pop("killed_from_outside", False):
+            return reply
+        self.outside_kills += 1
+        first = reply.get("cause", "")
+        print(f"[sandbox] {first} from outside during a request: retried once in a fresh sandbox", flush=True)
+        reply = self._call_once(request, timeout_s)
+        if reply.pop("killed_from_outside", False):
+            self.outside_kills += 1
+            reply["cause"] = f"{reply.get('cause', '')} twice, the second time in a fresh sandbox"
+        return reply
+
+    def _call_once(self, request: dict, timeout_s: float | None) -> dict:
         if self._proc is None:
             self.start()
         elif not self.alive():
             self.restart()
         limit = self.timeout_s if timeout_s is None else timeout_s
+        self._watch.seen.clear()  # the last request's were swept by the child
         try:
             self._conn.send(request)
         except (OSError, BrokenPipeError):
@@ -146,6 +185,7 @@ class Sandbox:
                     return self._conn.recv()
             except (EOFError, OSError):
                 return _DEAD
+            self._watch.look(self._proc.pid)
             if not self._proc.is_alive():
                 try:
                     return self._conn.recv() if self._conn.poll(0) else _DEAD
@@ -154,9 +194,17 @@ class Sandbox:
 
     def _after_death(self) -> dict:
         self._proc.join(5.0)
-        cause = describe_exit(self._proc.exitcode)
+        code = self._proc.exitcode
+        kill_group(self._proc.pid)  # what its kernels left in its process group (now orphans of init)
+        killed = self._watch.kill_survivors()  # and those that left the group, seen while it worked
+        if killed:
+            print(f"[sandbox] killed {len(killed)} process(es) its kernel left running: pids "
+                  f"{', '.join(map(str, killed))}", flush=True)
         self.restart()
-        return {"status": "crashed", "cause": cause}
+        reply = {"status": "crashed", "cause": describe_exit(code)}
+        if code is not None and code < 0 and -code in OUTSIDE_SIGNALS:
+            reply["killed_from_outside"] = True
+        return reply
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
@@ -166,11 +214,14 @@ class Sandbox:
         if proc is None:
             return
         if proc.is_alive():
+            kill_tree(proc.pid)  # its kernels' processes first, while they are still its descendants
             proc.terminate()
             proc.join(2.0)
         if proc.is_alive():
             proc.kill()
             proc.join(5.0)
+        kill_group(proc.pid)
+        self._watch.kill_survivors()
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -201,6 +252,7 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
     pin(spec.get("cores") or ())  # a CPU core set: before the server imports numpy, torch, OpenMP
     limits = dict(spec.get("limits") or {})
     workdir = _isolate(log_path, spec)
+    keep: frozenset[int] = frozenset()
     try:
         try:
             server = _load(spec.get("server", "core.evaluation.protocol:Protocol"))(spec)
@@ -209,6 +261,7 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
             conn.send({"status": "error", "cause": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
             return
         _limit_address_space(limits, spec)  # after the server is built: imports are not the kernels' budget
+        keep = frozenset(descendants(os.getpid()))  # the server's own (none so far); any later one is a kernel's
         conn.send({"status": "ready", "info": info})
         while True:
             try:
@@ -223,12 +276,22 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
             except Exception as exc:  # the server should catch its own; this keeps the child serving
                 traceback.print_exc()
                 reply = {"status": "crashed", "cause": f"{type(exc).__name__}: {exc}"}
+            left = sweep(keep)
+            if left and isinstance(reply, dict):
+                reply = _left_running(reply, left)
             conn.send(reply)
     finally:
+        sweep(keep)
         _remove_workdir(workdir)
 
 
-WORKDIR_PREFIX = "abebot-sandbox-work-"
+def _left_running(reply: dict, left: list[str]) -> dict:
+    """The reply of a request after which processes its kernel started were found running (and killed)."""
+    cause = f"left a process running: {', '.join(left[:4])}" + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+    print(f"[sandbox] {cause}; killed", flush=True)
+    if reply.get("status") not in (None, "ok"):
+        cause = f"{cause}; {reply.get('status')}: {reply.get('cause', '')}"
+    return {**reply, "status": "crashed", "cause": cause}
 
 
 def _isolate(log_path: str, spec: dict | None = None) -> str | None:
@@ -242,6 +305,11 @@ def _isolate(log_path: str, spec: dict | None = None) -> str | None:
     import sys
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        os.setpgid(0, 0)  # a process group of its own: its kernels' processes are killed with it
+    except OSError:
+        pass
+    become_subreaper()  # orphans of its kernels' processes come back to it, to be swept
     limits = dict((spec or {}).get("limits") or {})
     _set_limit("RLIMIT_CORE", 0)  # a crashing kernel must not dump a core per candidate
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -273,109 +341,15 @@ def _isolate(log_path: str, spec: dict | None = None) -> str | None:
     return workdir
 
 
-def _set_limit(name: str, value: int, hard: bool = True) -> bool:
-    """Lower ``resource.<name>`` to ``value`` (soft, and hard too when ``hard``); never above the
-    existing hard limit. False where it cannot be set."""
-    try:
-        import resource
-
-        which = getattr(resource, name)
-        _, old_hard = resource.getrlimit(which)
-        value = int(value) if old_hard == resource.RLIM_INFINITY else min(int(value), old_hard)
-        resource.setrlimit(which, (value, value if hard else old_hard))
-        return True
-    except (ImportError, AttributeError, ValueError, OSError):
-        return False
-
-
-def _limit_cpu_time(limits: dict) -> bool:
-    """Re-arm RLIMIT_CPU (soft only, so it can be re-armed) to the CPU time used so far plus
-    ``cpu_seconds``: the budget is per request, not for the life of the process."""
-    budget = limits.get("cpu_seconds")
-    if not budget:
-        return False
-    try:
-        import resource
-
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        return _set_limit("RLIMIT_CPU", math.ceil(used.ru_utime + used.ru_stime + float(budget)), hard=False)
-    except (ImportError, OSError):
-        return False
-
-
-def _limit_address_space(limits: dict, spec: dict) -> None:
-    """RLIMIT_AS = the address space mapped now + ``address_space_bytes``; never for a GPU backend
-    (CUDA reserves address ranges far larger than the memory it uses)."""
-    extra = limits.get("address_space_bytes")
-    if not extra or _device_kind(spec) == "gpu":
-        return
-    try:
-        mapped = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return
-    if _set_limit("RLIMIT_AS", mapped + int(extra)):
-        print(f"[sandbox {os.getpid()}] address space limited to {(mapped + int(extra)) / 2**30:.1f} GiB", flush=True)
-
-
-def _device_kind(spec: dict) -> str:
-    backend = spec.get("backend")
-    if not backend:
-        return ""
-    try:
-        from core.backends import backend_class
-
-        return backend_class(backend).device_kind
-    except Exception:
-        return "gpu"  # unknown: do not risk an address-space limit under CUDA
-
-
-def _fresh_workdir() -> str | None:
-    """chdir into a new empty temporary directory (after removing those of dead sandboxes)."""
-    import tempfile
-
-    root = Path(tempfile.gettempdir())
-    try:
-        for old in root.glob(f"{WORKDIR_PREFIX}*"):
-            pid = old.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and not _pid_alive(int(pid)) and not old.is_symlink() and old.is_dir() \
-                    and old.stat().st_uid == os.getuid():
-                _remove_workdir(str(old))
-        workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
-        os.chdir(workdir)
-        return workdir
-    except OSError:
-        return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def _remove_workdir(workdir: str | None) -> None:
-    if not workdir:
-        return
-    import shutil
-
-    try:
-        if os.getcwd() == workdir:
-            os.chdir(Path(workdir).parent)
-    except OSError:
-        pass
-    shutil.rmtree(workdir, ignore_errors=True)
-
-
 def _exit_with_parent(parent: int) -> None:
     """Exit when the parent is gone (killed with -9, say), even while a kernel spins in C:
     ctypes releases the GIL during a call, so this thread still runs."""
     while os.getppid() == parent:
         time.sleep(1.0)
-    os._exit(1)
+    try:
+        sweep()
+    finally:
+        os._exit(1)
 
 
 def _load(target: str) -> Any:
