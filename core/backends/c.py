@@ -220,6 +220,8 @@ def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> tuple[
     SHA-256 of the object (hashed before it is moved into the shared cache)."""
     tmp = so_path.with_name(f".{so_path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.so.tmp")
     cmd = [*compiler_command(), *BASE_FLAGS, *flags, "-o", str(tmp), str(c_path), *LINK_FLAGS]
+    from core.evaluation.isolation import compile_command  # under bwrap when isolation is on (issue 35)
+    cmd = compile_command(cmd, so_path.parent)
     # A session of its own, so a timeout kills cc1 and as too, not only the driver.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

@@ -1,0 +1,243 @@
+"""Isolation with Linux namespaces (core/evaluation/isolation.py): what a kernel cannot reach when it is on.
+
+Each claim in docs/security.md's "What each mode isolates" is shown here:
+
+* bwrap mode: the sandbox cannot write outside its own folders (the file does not appear), cannot
+  open a socket to 127.0.0.1, sees a private /tmp, and leaves no process behind; a C kernel doing
+  the same through ``core check`` is contained alike; the C compile cannot read a file outside the
+  system's /usr (``#include "/etc/passwd"`` fails and quotes nothing);
+* unshare mode: no network, and nothing else;
+* off: all of the above succeed (the control that shows each test can fail).
+
+Skipped, with the reason, where bubblewrap (or unshare) cannot create namespaces here;
+scripts/test.sh installs bubblewrap.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from core.backends import availability
+from core.backends.base import CompileError
+from core.evaluation import isolation
+from core.evaluation.sandbox import Sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+BWRAP = pytest.mark.skipif(isolation.mode() != "bwrap", reason=f"no bubblewrap here: {isolation.why_not()}")
+UNSHARE = pytest.mark.skipif(isolation.mode() == "none", reason=f"no namespaces here: {isolation.why_not()}")
+C_UNAVAILABLE = availability("c")
+NEEDS_C = pytest.mark.skipif(C_UNAVAILABLE is not None, reason=f"C backend: {C_UNAVAILABLE}")
+
+
+class Probe:
+    """A sandbox server that does what a hostile kernel would, and says whether it worked."""
+
+    def __init__(self, spec: dict):
+        pass
+
+    def handle(self, request: dict) -> dict:
+        op = request["op"]
+        try:
+            if op == "write":
+                Path(request["path"]).write_text("written from the sandbox")
+            elif op == "connect":
+                with socket.create_connection(("127.0.0.1", request["port"]), timeout=2):
+                    pass
+            elif op == "listdir":
+                return {"status": "ok", "names": sorted(os.listdir(request["path"]))}
+            elif op == "cwd":
+                Path("relative.txt").write_text("mine")
+                return {"status": "ok", "cwd": os.getcwd()}
+            elif op == "fork_sleeper":
+                pid = os.fork()
+                if pid == 0:
+                    os.setsid()
+                    time.sleep(60)
+                    os._exit(0)
+                return {"status": "ok"}
+            elif op == "segv":
+                os.kill(os.getpid(), 11)
+        except OSError as exc:
+            return {"status": "refused", "error": f"{type(exc).__name__}: {exc}"}
+        return {"status": "ok"}
+
+
+@pytest.fixture
+def isolate(monkeypatch):
+    """Turn isolation on (or off) for this test only."""
+    def turn(on: bool, writable=()):
+        monkeypatch.setenv(isolation.ENV, "1" if on else "0")
+        monkeypatch.delenv(isolation.WRITABLE_ENV, raising=False)
+        isolation.enable(on, writable)
+    return turn
+
+
+@pytest.fixture
+def listener():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def connected(server: socket.socket) -> bool:
+    try:
+        server.accept()[0].close()
+        return True
+    except BlockingIOError:
+        return False
+
+
+def probe(tmp_path: Path, *requests: dict) -> list[dict]:
+    with Sandbox({"server": f"{__name__}:Probe"}, timeout_s=20, log_path=tmp_path / "sandbox.log") as box:
+        return [box.call(r) for r in requests]
+
+
+# ---- the sandbox process -----------------------------------------------------------------------------
+
+@BWRAP
+def test_an_isolated_sandbox_cannot_write_outside_its_folder(tmp_path, isolate):
+    isolate(True)
+    in_tmp = tmp_path / "written.txt"  # beside its log, in /tmp: lands in the sandbox's private /tmp
+    in_repo = ROOT / f".isolation-probe-{os.getpid()}"  # anywhere else: a read-only file system
+    try:
+        to_tmp, to_repo = probe(tmp_path, {"op": "write", "path": str(in_tmp)}, {"op": "write", "path": str(in_repo)})
+        assert to_repo["status"] == "refused" and "Read-only file system" in to_repo["error"]
+        assert not in_tmp.exists() and not in_repo.exists()
+    finally:
+        in_repo.unlink(missing_ok=True)
+    assert "[sandbox" in (tmp_path / "sandbox.log").read_text()  # its own log is still written
+
+
+@BWRAP
+def test_an_isolated_sandbox_has_a_private_tmp_and_works_in_it(tmp_path, isolate):
+    isolate(True)
+    marker = Path("/tmp") / f"abebot-isolation-marker-{os.getpid()}"
+    marker.write_text("host")
+    try:
+        listing, cwd = probe(tmp_path, {"op": "listdir", "path": "/tmp"}, {"op": "cwd"})
+        assert marker.name not in listing["names"]
+        assert cwd["status"] == "ok" and cwd["cwd"].startswith("/tmp/abebot-sandbox-work-")
+        assert not Path(cwd["cwd"]).exists()  # that /tmp was the sandbox's own
+    finally:
+        marker.unlink()
+
+
+@UNSHARE
+def test_an_isolated_sandbox_cannot_connect_to_localhost(tmp_path, isolate, listener):
+    isolate(True)
+    [reply] = probe(tmp_path, {"op": "connect", "port": listener.getsockname()[1]})
+    assert reply["status"] == "refused"
+    assert not connected(listener)
+
+
+@BWRAP
+def test_a_process_left_behind_by_an_isolated_sandbox_dies_with_it(tmp_path, isolate):
+    isolate(True)
+    before = set(os.listdir("/proc"))
+    [reply] = probe(tmp_path, {"op": "fork_sleeper"})
+    assert reply["status"] == "ok"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        sleepers = [p for p in set(os.listdir("/proc")) - before if p.isdigit() and _is_probe(p)]
+        if not sleepers:
+            break
+        time.sleep(0.2)
+    assert not sleepers
+
+
+def _is_probe(pid: str) -> bool:
+    try:
+        return "multiprocessing" in Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return False
+
+
+@BWRAP
+def test_a_crash_in_an_isolated_sandbox_is_named_by_its_signal(tmp_path, isolate):
+    isolate(True)
+    [reply] = probe(tmp_path, {"op": "segv"})
+    assert reply["status"] == "crashed" and "SIGSEGV" in reply["cause"], reply
+
+
+def test_without_isolation_the_same_probes_succeed(tmp_path, isolate, listener):
+    isolate(False)
+    outside = tmp_path / "written.txt"
+    write, connect = probe(tmp_path, {"op": "write", "path": str(outside)},
+                           {"op": "connect", "port": listener.getsockname()[1]})
+    assert write["status"] == connect["status"] == "ok"
+    assert outside.exists() and connected(listener)
+
+
+# ---- the C compile ---------------------------------------------------------------------------------
+
+def compile_c(tmp_path: Path, source: str):
+    """Compile ``source`` as the C backend compiles a kernel (core/backends/c.py), into tmp_path/cache."""
+    from core.backends.base import KernelSource
+    from core.backends.c import CBackend
+
+    backend = CBackend(0)
+    return backend.compile(KernelSource(backend="c", source=source, entry="f"), tmp_path / "cache")
+
+
+@NEEDS_C
+@BWRAP
+def test_an_isolated_compile_cannot_include_a_file_outside_the_system(tmp_path, isolate):
+    isolate(True)
+    secret = tmp_path / "secret.h"
+    secret.write_text("TOPSECRET_LINE_42\n")
+    for path in ("/etc/passwd", str(secret)):
+        with pytest.raises(CompileError) as err:
+            compile_c(tmp_path, f'#include "{path}"\nint f(void) {{ return 0; }}\n')
+        assert "No such file or directory" in str(err.value), str(err.value)
+        assert "root:x:0:0" not in str(err.value) and "TOPSECRET" not in str(err.value)
+
+
+@NEEDS_C
+@BWRAP
+def test_an_isolated_compile_still_builds_an_openmp_kernel(tmp_path, isolate):
+    isolate(True)
+    art = compile_c(tmp_path, "#include <math.h>\n#include <omp.h>\n"
+                              "int f(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n"
+                              "for (int i = 0; i < n; i++) s += i; return s + (int)sqrt(4.0); }\n")
+    assert Path(art.path).exists()
+
+
+@NEEDS_C
+def test_without_isolation_an_include_quotes_the_file(tmp_path, isolate):
+    isolate(False)
+    secret = tmp_path / "secret.h"
+    secret.write_text("TOPSECRET_LINE_42\n")
+    with pytest.raises(CompileError) as err:
+        compile_c(tmp_path, f'#include "{secret}"\nint f(void) {{ return 0; }}\n')
+    assert "TOPSECRET_LINE_42" in str(err.value)
+
+
+# ---- what each mode says -----------------------------------------------------------------------------
+
+def test_the_isolation_line_says_plainly_when_a_check_is_not_isolated(monkeypatch):
+    monkeypatch.setattr(isolation, "mode", lambda: "none")
+    monkeypatch.setattr(isolation.shutil, "which", lambda name: None)
+    line = isolation.describe(True)
+    assert line.startswith("NOT isolated") and "apt-get install bubblewrap" in line
+    assert isolation.describe(False).startswith("isolation off")
+
+
+def test_commands_are_unchanged_when_isolation_is_off(isolate):
+    isolate(False)
+    assert isolation.compile_command(["cc", "x.c"], "/tmp") == ["cc", "x.c"]
+    assert isolation.sandbox_prefix() == []
+
+
+def test_unshare_mode_cuts_the_network_only(monkeypatch, isolate):
+    isolate(True)
+    monkeypatch.setattr(isolation, "mode", lambda: "unshare")
+    cmd = isolation.compile_command(["cc", "x.c"], "/tmp")
+    assert cmd[:2] == ["unshare", "--net"] and cmd[-2:] == ["cc", "x.c"]
+    assert isolation.sandbox_prefix()[:2] == ["unshare", "--net"]
