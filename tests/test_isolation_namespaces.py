@@ -241,3 +241,88 @@ def test_unshare_mode_cuts_the_network_only(monkeypatch, isolate):
     cmd = isolation.compile_command(["cc", "x.c"], "/tmp")
     assert cmd[:2] == ["unshare", "--net"] and cmd[-2:] == ["cc", "x.c"]
     assert isolation.sandbox_prefix()[:2] == ["unshare", "--net"]
+
+
+# ---- a kernel through `core check` ---------------------------------------------------------------------
+
+HOSTILE_RMSNORM = r"""/* An honest RMSNorm that, on its first call, writes a file outside its folder and opens a
+ * socket to 127.0.0.1: what a kernel nobody reviewed may do. */
+#include <arpa/inet.h>
+#include <math.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int done;
+
+static void side_effects(void) {
+    FILE *f = fopen("%(marker)s", "w");
+    if (f) { fputs("written by a kernel\n", f); fclose(f); }
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in to = {0};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(%(port)d);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (s >= 0) { connect(s, (struct sockaddr *)&to, sizeof to); close(s); }
+}
+
+void abebot_rmsnorm(const float *x, const float *w, float *residual, float *out, int rows, int cols, float eps) {
+    (void)residual;
+    if (!done) { done = 1; side_effects(); }
+    for (int i = 0; i < rows; i++) {
+        const float *r = x + (long)i * cols;
+        float ss = 0.0f;
+        for (int j = 0; j < cols; j++) ss += r[j] * r[j];
+        float s = 1.0f / sqrtf(ss / cols + eps);
+        for (int j = 0; j < cols; j++) out[(long)i * cols + j] = r[j] * s * w[j];
+    }
+}
+"""
+
+
+def check_hostile(tmp_path: Path, listener: socket.socket, isolate: bool) -> tuple[dict, bool, list[str]]:
+    """Check HOSTILE_RMSNORM with ``core check``'s own function: (result, whether its file appeared,
+    the lines said before it ran)."""
+    from core.tools.check import check_kernel
+
+    marker = ROOT / f".isolation-kernel-marker-{os.getpid()}"  # outside /tmp: a real folder of the user's
+    kernel = tmp_path / "hostile.c"
+    kernel.write_text(HOSTILE_RMSNORM % {"marker": marker, "port": listener.getsockname()[1]})
+    said: list[str] = []
+    try:
+        result = check_kernel("rmsnorm", "c", kernel, problem={"rows": 16, "cols": 64}, runs_dir=tmp_path / "runs",
+                              isolate=isolate, say=said.append, timing_target_s=0.02, timeout_s=20.0,
+                              stability_launches=4, log_path=tmp_path / "sandbox.log")
+        return result, marker.exists(), said
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+@NEEDS_C
+@BWRAP
+def test_core_check_isolates_a_kernel_that_writes_outside_its_folder_and_opens_a_socket(tmp_path, listener):
+    result, written, said = check_hostile(tmp_path, listener, isolate=True)
+    assert said == [isolation.describe(True)] and said[0].startswith("isolated with bubblewrap")
+    assert result["ok"], result  # it computes right: only what it did besides is contained
+    assert not written and not connected(listener)
+    assert result["isolation"] == said[0]
+    assert isolation.ENV not in os.environ or os.environ[isolation.ENV] != "1"  # turned off again after the check
+
+
+@NEEDS_C
+def test_without_isolation_core_check_lets_that_kernel_write_and_connect(tmp_path, listener):
+    result, written, said = check_hostile(tmp_path, listener, isolate=False)
+    assert said[0].startswith("isolation off")
+    assert written and connected(listener)
+
+
+def test_check_isolate_where_there_is_none_is_bad_input(tmp_path, monkeypatch, capsys):
+    from core.cli import main
+
+    monkeypatch.setattr(isolation, "mode", lambda: "none")
+    kernel = tmp_path / "k.c"
+    kernel.write_text("void abebot_rmsnorm(void) {}\n")
+    code = main(["check", "--workload", "rmsnorm", "--backend", "c", "--kernel", str(kernel),
+                 "--runs-dir", str(tmp_path / "runs"), "--isolate"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--isolate: no isolation here" in err[0]

@@ -24,6 +24,7 @@ isolates and the test that shows each claim (tests/test_isolation_namespaces.py)
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
 import multiprocessing as mp
@@ -34,10 +35,11 @@ import subprocess
 from functools import lru_cache
 from multiprocessing import popen_spawn_posix, reduction, spawn, util
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 ENV = "ABEBOT_ISOLATE"  # "1": isolate where the machine can; anything else: do not
 WRITABLE_ENV = "ABEBOT_ISOLATE_WRITABLE"  # more folders the sandbox may write (os.pathsep-separated)
+READABLE_ENV = "ABEBOT_ISOLATE_READABLE"  # folders under /tmp the sandbox must still read (the compile cache)
 MODES = ("bwrap", "unshare", "none")
 # What the compile sees of the system: the toolchain, its headers and libraries, the loader's cache.
 COMPILE_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/alternatives",
@@ -95,16 +97,33 @@ def _works(cmd: list[str]) -> bool:
 
 # ---- on or off -----------------------------------------------------------------------------------
 
-def enable(on: bool, writable: Iterable[str | Path] = ()) -> None:
+def enable(on: bool, writable: Iterable[str | Path] = (), readable: Iterable[str | Path] = ()) -> None:
     """Turn isolation on or off for this process and the processes it starts (through the environment:
     the dashboard's ``core check`` subprocess and spawned workers inherit it). ``writable``: folders the
-    sandbox may write besides its own (Triton's JIT cache)."""
+    sandbox may write besides its own (Triton's JIT cache); ``readable``: folders it must read although
+    they may lie under /tmp, which it sees empty (the compile cache, where its kernels are)."""
     os.environ[ENV] = "1" if on else "0"
-    extra = [str(Path(p).absolute()) for p in writable]
-    if extra:
-        os.environ[WRITABLE_ENV] = os.pathsep.join(extra)
-    else:
-        os.environ.pop(WRITABLE_ENV, None)
+    for key, paths in ((WRITABLE_ENV, writable), (READABLE_ENV, readable)):
+        extra = [str(Path(p).absolute()) for p in paths]
+        if extra:
+            os.environ[key] = os.pathsep.join(extra)
+        else:
+            os.environ.pop(key, None)
+
+
+@contextlib.contextmanager
+def turned(on: bool, writable: Iterable[str | Path] = (), readable: Iterable[str | Path] = ()) -> Iterator[None]:
+    """:func:`enable` for the duration of a ``with`` block; the environment is restored after it."""
+    saved = {k: os.environ.get(k) for k in (ENV, WRITABLE_ENV, READABLE_ENV)}
+    enable(on, writable, readable)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def enabled() -> bool:
@@ -163,6 +182,8 @@ def sandbox_prefix(writable: Iterable[str | Path] = ()) -> list[str]:
     for node in sorted(glob.glob("/dev/nvidia*")):  # the GPU's device nodes (nvidia0, nvidiactl, nvidia-uvm, caps)
         args += ["--dev-bind", node, node]
     args += ["--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in _under_tmp_to_read():
+        args += ["--ro-bind", path, path]
     extra = [p for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p]
     for path in (*map(str, writable), *extra):
         target = Path(path).absolute()
@@ -178,6 +199,22 @@ def sandbox_prefix(writable: Iterable[str | Path] = ()) -> list[str]:
     args += ["--unshare-net", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--die-with-parent",
              "--new-session", "--setenv", "TMPDIR", "/tmp", "--"]
     return args
+
+
+def _under_tmp_to_read() -> list[str]:
+    """What the sandbox must still read under /tmp (a checkout, a runs folder there): the folders of
+    ``$ABEBOT_ISOLATE_READABLE``, this interpreter's import path and the working folder, when they exist."""
+    import sys
+
+    listed = [p for p in os.environ.get(READABLE_ENV, "").split(os.pathsep) if p]
+    for path in listed:  # made now if missing (a compile cache not yet written): bwrap binds only what exists
+        Path(path).mkdir(parents=True, exist_ok=True)
+    found = []
+    for path in (*listed, *sys.path, os.getcwd()):
+        p = Path(path or os.getcwd()).absolute()
+        if p.is_relative_to("/tmp") and p != Path("/tmp") and p.is_dir() and str(p) not in found:
+            found.append(str(p))
+    return found
 
 
 def spawn_context(writable: Iterable[str | Path] = ()) -> mp.context.BaseContext:
