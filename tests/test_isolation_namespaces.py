@@ -226,7 +226,7 @@ def test_the_isolation_line_says_plainly_when_a_check_is_not_isolated(monkeypatc
     monkeypatch.setattr(isolation.shutil, "which", lambda name: None)
     line = isolation.describe(True)
     assert line.startswith("NOT isolated") and "apt-get install bubblewrap" in line
-    assert isolation.describe(False).startswith("isolation off")
+    assert isolation.describe(False) == line  # off because there is none: the same plain line
 
 
 def test_commands_are_unchanged_when_isolation_is_off(isolate):
@@ -326,3 +326,29 @@ def test_check_isolate_where_there_is_none_is_bad_input(tmp_path, monkeypatch, c
                  "--runs-dir", str(tmp_path / "runs"), "--isolate"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--isolate: no isolation here" in err[0]
+
+
+# ---- the Check page ----------------------------------------------------------------------------------
+
+def test_the_check_page_says_plainly_when_the_kernel_will_not_be_isolated(tmp_path, monkeypatch):
+    from tests.test_app import app
+
+    monkeypatch.setenv("ABEBOT_RUNS_DIR", str(tmp_path))
+    monkeypatch.setattr(isolation, "mode", lambda: "none")
+    monkeypatch.setattr(isolation.shutil, "which", lambda name: None)
+    at = app("check")
+    assert any(w.value.startswith("NOT isolated") for w in at.warning), [w.value for w in at.warning]
+    assert at.toggle(key="check_isolate").value is False
+
+
+@BWRAP
+def test_the_check_page_isolates_by_default_where_bubblewrap_works(tmp_path, monkeypatch):
+    from dashboard.checkkernel import check_argv
+    from tests.test_app import app
+
+    monkeypatch.setenv("ABEBOT_RUNS_DIR", str(tmp_path))
+    at = app("check")
+    assert at.toggle(key="check_isolate").value is True
+    assert any(i.value.startswith("isolated with bubblewrap") for i in at.info), [i.value for i in at.info]
+    assert check_argv(tmp_path, tmp_path / "k.c", "gemm", "c", isolate=True)[-1] == "--isolate"
+    assert check_argv(tmp_path, tmp_path / "k.c", "gemm", "c", isolate=False)[-1] == "--no-isolate"

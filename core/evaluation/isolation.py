@@ -74,7 +74,7 @@ def why_not() -> str:
 def describe(on: bool | None = None) -> str:
     """One plain line saying what a check will be isolated by, for ``core check`` and the Check page."""
     on = enabled() if on is None else on
-    if not on:
+    if not on and mode() != "none":
         return ("isolation off: the kernel compiles and runs as you, and can read and write your files and "
                 "use the network")
     if mode() == "bwrap":
