@@ -6,8 +6,8 @@ Where bubblewrap (``bwrap``, Debian package ``bubblewrap``) works, and isolation
 
 * **the sandbox process** (:func:`spawn_context`, used by :mod:`core.evaluation.sandbox`) starts under
   ``bwrap``: the whole file system read-only (``--ro-bind / /``), a private empty ``/tmp`` (the
-  sandbox's working folder is made there), writable only what the caller names (its log file) and the
-  folders listed with :func:`enable` (Triton's cache), a minimal ``/dev`` plus the NVIDIA device
+  sandbox's working folder is made there; the compile cache stays readable), writable only its log
+  file and, for Triton, Triton's JIT cache, a minimal ``/dev`` plus the NVIDIA device
   nodes when present, no network (``--unshare-net``: only a loopback interface that is down), its own
   PID, IPC and UTS namespaces (every process it leaves behind dies with it), a new session, and it
   dies with its parent (``--die-with-parent``);
@@ -105,10 +105,9 @@ def enable(on: bool, writable: Iterable[str | Path] = (), readable: Iterable[str
     os.environ[ENV] = "1" if on else "0"
     for key, paths in ((WRITABLE_ENV, writable), (READABLE_ENV, readable)):
         extra = [str(Path(p).absolute()) for p in paths]
-        if extra:
-            os.environ[key] = os.pathsep.join(extra)
-        else:
-            os.environ.pop(key, None)
+        if extra:  # added to what the user listed there
+            listed = [p for p in os.environ.get(key, "").split(os.pathsep) if p]
+            os.environ[key] = os.pathsep.join(dict.fromkeys([*listed, *extra]))
 
 
 @contextlib.contextmanager
@@ -170,9 +169,11 @@ def _system_bind(path: str) -> list[str]:
 
 # ---- the sandbox process ---------------------------------------------------------------------------
 
-def sandbox_prefix(writable: Iterable[str | Path] = ()) -> list[str]:
+def sandbox_prefix(writable: Iterable[str | Path] = (), spec: dict | None = None) -> list[str]:
     """The command prefix the sandbox process starts under ([] when isolation is not active).
-    ``writable``: files or folders it may write (a file is created empty first, so it can be bound)."""
+    ``writable``: files or folders it may write (a file is created empty first, so it can be bound);
+    ``spec``: the sandbox's spec, whose ``cache_dir`` (the compile cache) it reads and, for Triton,
+    whose ``<cache_dir>/triton/triton`` (Triton's JIT cache, unless ``$TRITON_CACHE_DIR``) it writes."""
     how = active()
     if how == "unshare":
         return [*_unshare_base(), "--"]
@@ -182,9 +183,12 @@ def sandbox_prefix(writable: Iterable[str | Path] = ()) -> list[str]:
     for node in sorted(glob.glob("/dev/nvidia*")):  # the GPU's device nodes (nvidia0, nvidiactl, nvidia-uvm, caps)
         args += ["--dev-bind", node, node]
     args += ["--proc", "/proc", "--tmpfs", "/tmp"]
-    for path in _under_tmp_to_read():
+    cache = (spec or {}).get("cache_dir")
+    for path in _under_tmp_to_read([cache] if cache else []):
         args += ["--ro-bind", path, path]
     extra = [p for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p]
+    if cache and (spec or {}).get("backend") == "triton":
+        extra.append(os.environ.get("TRITON_CACHE_DIR") or str(Path(cache) / "triton" / "triton"))
     for path in (*map(str, writable), *extra):
         target = Path(path).absolute()
         if str(target).startswith("/dev/"):  # os.devnull: the fresh /dev has it already
@@ -201,12 +205,12 @@ def sandbox_prefix(writable: Iterable[str | Path] = ()) -> list[str]:
     return args
 
 
-def _under_tmp_to_read() -> list[str]:
-    """What the sandbox must still read under /tmp (a checkout, a runs folder there): the folders of
-    ``$ABEBOT_ISOLATE_READABLE``, this interpreter's import path and the working folder, when they exist."""
+def _under_tmp_to_read(readable: list[str]) -> list[str]:
+    """What the sandbox must still read under /tmp (a checkout, a runs folder there): ``readable`` and
+    the folders of ``$ABEBOT_ISOLATE_READABLE``, this interpreter's import path and the working folder."""
     import sys
 
-    listed = [p for p in os.environ.get(READABLE_ENV, "").split(os.pathsep) if p]
+    listed = [*map(str, readable), *(p for p in os.environ.get(READABLE_ENV, "").split(os.pathsep) if p)]
     for path in listed:  # made now if missing (a compile cache not yet written): bwrap binds only what exists
         Path(path).mkdir(parents=True, exist_ok=True)
     found = []
@@ -217,10 +221,10 @@ def _under_tmp_to_read() -> list[str]:
     return found
 
 
-def spawn_context(writable: Iterable[str | Path] = ()) -> mp.context.BaseContext:
+def spawn_context(writable: Iterable[str | Path] = (), spec: dict | None = None) -> mp.context.BaseContext:
     """A ``multiprocessing`` context like ``get_context("spawn")`` whose processes start under
     :func:`sandbox_prefix` (the plain spawn context when isolation is not active)."""
-    prefix = sandbox_prefix(writable)
+    prefix = sandbox_prefix(writable, spec)
     if not prefix:
         return mp.get_context("spawn")
     return _IsolatedContext(prefix)

@@ -239,28 +239,25 @@ def check_kernel(workload: str, backend: str, kernel: str | Path, problem: dict 
         raise CheckInputError(f"--entry {entry!r} is not a function name")
     source = read_kernel(kernel)
     checker = Checker(workload, backend, problem, runs_dir=runs_dir, device=device, **options)  # validates
-    on, writable = isolation_for(isolate, backend, runs_dir)
-    readable = [Path(runs_dir).absolute() / ".cache"]  # the compile cache, seen even when it lies under /tmp
+    on = isolation_for(isolate)
     from core.evaluation import isolation
 
     (say or (lambda line: None))(isolation.describe(on))  # before the upload runs: what isolates it, or nothing
     hold_device, busy = device_lock()
     try:
-        with isolation.turned(on, writable, readable), hold_device(Path(runs_dir), backend, device, f"check {kernel}"):
+        with isolation.turned(on), hold_device(Path(runs_dir), backend, device, f"check {kernel}"):
             with checker:
                 return {**checker.check(source, entry, launch, str(kernel)), "isolation": isolation.describe(on)}
     except busy as exc:
         raise DeviceBusyError(str(exc)) from None
 
 
-def isolation_for(isolate: bool | None, backend: str, runs_dir: str | Path) -> tuple[bool, list[Path]]:
-    """(isolate or not, what the sandbox may write besides its own folder) for a check:
-    ``isolate`` None isolates where the machine can (:mod:`core.evaluation.isolation`); True where it
-    cannot is bad input. A Triton check may write Triton's JIT cache."""
+def isolation_for(isolate: bool | None) -> bool:
+    """Whether a check is isolated (:mod:`core.evaluation.isolation`): ``isolate`` None isolates where
+    the machine can; True where it cannot is bad input."""
     from core.evaluation import isolation
 
     on = isolation.mode() != "none" if isolate is None else bool(isolate)
     if on and isolation.mode() == "none":
         raise CheckInputError(f"--isolate: no isolation here: {isolation.why_not()}")
-    triton = Path(os.environ.get("TRITON_CACHE_DIR") or Path(runs_dir).absolute() / ".cache" / "triton" / "triton")
-    return on, [triton] if backend == "triton" else []
+    return on
