@@ -207,16 +207,18 @@ def sandbox_prefix(writable: Iterable[str | Path] = (), spec: dict | None = None
 
 def _under_tmp_to_read(readable: list[str]) -> list[str]:
     """What the sandbox must still read under /tmp (a checkout, a runs folder there): ``readable`` and
-    the folders of ``$ABEBOT_ISOLATE_READABLE``, this interpreter's import path and the working folder."""
+    the folders of ``$ABEBOT_ISOLATE_READABLE``, this interpreter's import path, the working folder and
+    the main script."""
     import sys
 
     listed = [*map(str, readable), *(p for p in os.environ.get(READABLE_ENV, "").split(os.pathsep) if p)]
     for path in listed:  # made now if missing (a compile cache not yet written): bwrap binds only what exists
         Path(path).mkdir(parents=True, exist_ok=True)
+    main = getattr(sys.modules.get("__main__"), "__file__", None)  # spawn re-runs a main script by its path
     found = []
-    for path in (*listed, *sys.path, os.getcwd()):
+    for path in (*listed, *sys.path, os.getcwd(), *([main] if main else [])):
         p = Path(path or os.getcwd()).absolute()
-        if p.is_relative_to("/tmp") and p != Path("/tmp") and p.is_dir() and str(p) not in found:
+        if p.is_relative_to("/tmp") and p != Path("/tmp") and p.exists() and str(p) not in found:
             found.append(str(p))
     return found
 
