@@ -137,26 +137,81 @@ def test_an_isolated_sandbox_cannot_connect_to_localhost(tmp_path, isolate, list
     assert not connected(listener)
 
 
-@BWRAP
-def test_a_process_left_behind_by_an_isolated_sandbox_dies_with_it(tmp_path, isolate):
-    isolate(True)
-    before = set(os.listdir("/proc"))
-    [reply] = probe(tmp_path, {"op": "fork_sleeper"})
-    assert reply["status"] == "ok"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        sleepers = [p for p in set(os.listdir("/proc")) - before if p.isdigit() and _is_probe(p)]
-        if not sleepers:
-            break
+def marked(mark: str) -> list[int]:
+    """Processes of this machine whose environment carries ``ABEBOT_TEST_MARK=mark``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if f"ABEBOT_TEST_MARK={mark}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def wait_until_none(mark: str, timeout_s: float = 10) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (left := marked(mark)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not sleepers
+    return left
 
 
-def _is_probe(pid: str) -> bool:
+@BWRAP
+def test_a_process_left_behind_by_an_isolated_sandbox_dies_with_it(tmp_path, isolate, monkeypatch):
+    from multiprocessing import resource_tracker
+
+    isolate(True)
+    resource_tracker.ensure_running()  # multiprocessing's own helper lives on, unmarked
+    mark = f"left-behind-{os.getpid()}-{time.monotonic_ns()}"
+    monkeypatch.setenv("ABEBOT_TEST_MARK", mark)
+    with Sandbox({"server": f"{__name__}:Probe"}, timeout_s=20, log_path=tmp_path / "sandbox.log") as box:
+        assert box.call({"op": "fork_sleeper"})["status"] == "ok"
+        assert len(marked(mark)) >= 3  # bwrap, the sandbox, its setsid() child (and bwrap's init)
+    assert wait_until_none(mark) == []
+
+
+@BWRAP
+def test_an_isolated_sandbox_started_from_a_thread_outlives_the_thread(tmp_path, isolate):
+    """bwrap --die-with-parent follows the forking *thread*: a pool worker's restart must not die with it."""
+    import threading
+
+    isolate(True)
+    box = Sandbox({"server": f"{__name__}:Probe"}, timeout_s=20, log_path=tmp_path / "sandbox.log")
     try:
-        return "multiprocessing" in Path(f"/proc/{pid}/cmdline").read_text()
-    except OSError:
-        return False
+        starter = threading.Thread(target=box.start)
+        starter.start()
+        starter.join()
+        time.sleep(0.5)
+        assert box.alive() and box.call({"op": "cwd"})["status"] == "ok" and box.restarts == 0
+    finally:
+        box.close()
+
+
+@BWRAP
+def test_an_isolated_sandbox_dies_with_the_process_that_started_it(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    mark = f"parent-killed-{os.getpid()}-{time.monotonic_ns()}"
+    script = (f"import sys, time; sys.path[:0] = [{str(ROOT)!r}]\n"
+              "from core.evaluation import isolation\nfrom core.evaluation.sandbox import Sandbox\n"
+              "if __name__ == '__main__':\n"
+              "    isolation.enable(True)\n"
+              f"    box = Sandbox({{'server': '{__name__}:Probe'}}, timeout_s=20, log_path={str(tmp_path / 's.log')!r})\n"
+              "    box.start(); print('ready', flush=True); time.sleep(60)\n")
+    (tmp_path / "parent.py").write_text(script)
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py")], cwd=ROOT, stdout=subprocess.PIPE,
+                              env=dict(os.environ, ABEBOT_TEST_MARK=mark), text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        assert len(marked(mark)) >= 3
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        assert wait_until_none(mark) == []
+    finally:
+        parent.kill()
+        parent.wait()
 
 
 @BWRAP

@@ -32,6 +32,7 @@ import os
 import shutil
 import signal
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from multiprocessing import popen_spawn_posix, reduction, spawn, util
 from pathlib import Path
@@ -261,7 +262,8 @@ class _IsolatedPopen(popen_spawn_posix.Popen):
             child_r, parent_w = os.pipe()
             cmd = [*self.prefix, *spawn.get_command_line(tracker_fd=tracker_fd, pipe_handle=child_r)]
             self._fds.extend([child_r, child_w])
-            self.pid = util.spawnv_passfds(os.fsencode(shutil.which(cmd[0]) or cmd[0]), cmd, self._fds)
+            exe = os.fsencode(shutil.which(cmd[0]) or cmd[0])
+            self.pid = _launcher().submit(util.spawnv_passfds, exe, cmd, self._fds).result()
             self.sentinel = parent_r
             with open(parent_w, "wb", closefd=False) as f:
                 f.write(fp.getbuffer())
@@ -276,6 +278,14 @@ class _IsolatedPopen(popen_spawn_posix.Popen):
         if code is not None and code > 128 and (code - 128) in {s.value for s in signal.Signals}:
             self.returncode = code = -(code - 128)
         return code
+
+
+@lru_cache(maxsize=1)
+def _launcher() -> ThreadPoolExecutor:
+    """The one thread that forks every isolated process. ``bwrap --die-with-parent`` (PR_SET_PDEATHSIG)
+    kills the sandbox when the *thread* that forked it ends, not the process: a sandbox (re)started from
+    a short-lived thread (a pool's worker) would die with it. This thread lives as long as the process."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="abebot-isolated-launcher")
 
 
 class IsolatedProcess(mp.context.SpawnProcess):
