@@ -239,9 +239,9 @@ def check_kernel(workload: str, backend: str, kernel: str | Path, problem: dict 
         raise CheckInputError(f"--entry {entry!r} is not a function name")
     source = read_kernel(kernel)
     checker = Checker(workload, backend, problem, runs_dir=runs_dir, device=device, **options)  # validates
-    on = isolation_for(isolate)
     from core.evaluation import isolation
 
+    on = isolation_for(isolate)
     (say or (lambda line: None))(isolation.describe(on))  # before the upload runs: what isolates it, or nothing
     hold_device, busy = device_lock()
     try:
