@@ -29,7 +29,7 @@ import html
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
