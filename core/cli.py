@@ -90,6 +90,8 @@ def _add_check_parser(sub) -> None:
     check.add_argument("--device", type=int, default=0, help="device index for the backend")
     check.add_argument("--seconds", type=float, default=None, help="timed repetitions per kernel, in seconds (default 0.2)")
     check.add_argument("--json", action="store_true", help="print the result as JSON on stdout (the report goes to stderr)")
+    check.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,  # core/evaluation/isolation.py
+                       help="compile and run the kernel under Linux namespaces (default: where bubblewrap or unshare works)")
     check.add_argument("--contract", nargs="*", default=None, metavar="W B",
                        help="print the entry contract of workload W on backend B (all pairs when left out) and exit")
 
@@ -338,7 +340,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError("--seconds must be in (0, 60]")
     options = {} if args.seconds is None else {"timing_target_s": args.seconds}
     result = check_kernel(args.workload, args.backend, args.kernel, problem=args.problem, entry=args.entry,
-                          launch=args.launch, runs_dir=args.runs_dir, device=args.device, **options)
+                          launch=args.launch, runs_dir=args.runs_dir, device=args.device, isolate=args.isolate,
+                          say=lambda line: print(line, file=sys.stderr, flush=True), **options)
     report = format_report(result)
     if args.json:
         print(report, file=sys.stderr)

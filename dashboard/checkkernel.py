@@ -20,11 +20,14 @@ TIMEOUT_S = 600
 
 
 def check_argv(runs: Path, kernel: Path, workload: str, backend: str, problem: str = "", launch: str = "",
-               device: int = 0) -> list[str]:
+               device: int = 0, isolate: bool | None = None) -> list[str]:
     """The argument list of ``python -m core check`` for these inputs (JSON texts pass through as
-    arguments; ``core check`` validates them and says what is wrong)."""
+    arguments; ``core check`` validates them and says what is wrong). ``isolate``: ``--isolate`` or
+    ``--no-isolate``; None leaves ``core check``'s default (isolated where the machine can)."""
     argv = [sys.executable, "-m", "core", "check", "--workload", workload, "--backend", backend,
             "--kernel", str(kernel), "--runs-dir", str(runs), "--device", str(int(device)), "--json"]
+    if isolate is not None:
+        argv.append("--isolate" if isolate else "--no-isolate")
     if problem.strip():
         argv += ["--problem", problem.strip()]
     if launch.strip():

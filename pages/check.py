@@ -27,6 +27,14 @@ upload = st.file_uploader("Kernel source", type=["c", "cu", "cuh", "py", "txt"],
 p1, p2 = st.columns(2)
 problem = p1.text_input("Problem (JSON, optional)", key="check_problem", placeholder='{"m": 256, "n": 256, "k": 256}')
 launch = p2.text_input("Launch keys (JSON, optional)", key="check_launch", placeholder='{"threads": 256}')
+# -- isolation (issue 35; core/evaluation/isolation.py): said plainly before an upload runs --
+from core.evaluation import isolation  # noqa: E402
+
+isolate = st.toggle("Isolate the kernel (Linux namespaces)", value=isolation.mode() != "none", key="check_isolate",
+                    disabled=isolation.mode() == "none", help="bubblewrap, or unshare: see docs/security.md")
+(st.info if isolate and isolation.mode() == "bwrap" else st.warning)(isolation.describe(isolate),
+                                                                     icon=":material/shield:")
+# -- end isolation --
 if st.button("Check", type="primary", icon=":material/fact_check:", key="check_run", disabled=upload is None):
     try:
         path = K.save_upload(runs_dir(), backend, upload.getvalue())
@@ -36,7 +44,7 @@ if st.button("Check", type="primary", icon=":material/fact_check:", key="check_r
     try:
         with st.spinner("Compiling, verifying on every shape, timing against the baselines…"):
             st.session_state["check_outcome"] = K.run_check(K.check_argv(runs_dir(), path, workload, backend,
-                                                                         problem, launch, device))
+                                                                         problem, launch, device, isolate))
     finally:
         path.unlink(missing_ok=True)  # the compile cache keeps what is worth keeping
 outcome = st.session_state.get("check_outcome")

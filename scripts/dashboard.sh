@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Install AbeBot's requirements and start the dashboard on http://127.0.0.1:8501 (localhost only).
+# Open the URL it prints ("Open the dashboard: http://127.0.0.1:8501/?token=..."): the dashboard asks
+# for its token (kept in $ABEBOT_RUNS_DIR/.secrets/dashboard-token). Options for dashboard/serve.py:
+# --allow-host HOST (another name it may be reached by), --no-token (behind your own authentication).
 # The CPU backend compiles kernels with the system C compiler and OpenMP: without root this script
 # only says how to install one; as root it installs gcc with apt-get (Debian, Ubuntu).
 set -euo pipefail
@@ -30,5 +33,6 @@ fi
 bash scripts/front_end.sh  # plotly.js's basic bundle for the charts, where npm is installed
 export ABEBOT_RUNS_DIR=${ABEBOT_RUNS_DIR:-$PWD/runs}
 mkdir -p "$ABEBOT_RUNS_DIR"
-# `streamlit run app.py`, plus a warm-up of the pages' imports at server start (dashboard/serve.py)
+# `streamlit run app.py`, plus a warm-up of the pages' imports at server start, behind the host,
+# origin and token checks of dashboard/guard.py; it prints the URL to open, token included.
 exec "$PY" -m dashboard.serve "$@"

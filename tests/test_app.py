@@ -1142,7 +1142,10 @@ def test_dashboard_serve_starts_streamlit_and_warms_up_at_start(tmp_path):
         # plotly.js's basic bundle where npm installed it, else Streamlit's own chunk
         from dashboard.static_preload import BASIC_BUNDLE, usable_bundle
 
-        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/monitor", timeout=5).read().decode()
+        token = (tmp_path / "runs" / ".secrets" / "dashboard-token").read_text().strip()  # dashboard.guard
+        assert f"/?token={token}" in log.read_text()  # the start command prints the URL carrying it
+        asked = urllib.request.Request(f"http://127.0.0.1:{port}/monitor", headers={"Authorization": f"token {token}"})
+        page = urllib.request.urlopen(asked, timeout=5).read().decode()
         pattern = (r"static/abebot/plotly-basic\.[0-9a-f]{16}\.js" if usable_bundle(BASIC_BUNDLE)
                    else r"static/js/PlotlyChart\.[\w-]+\.js")
         module = re.search(r'import\("\./(' + pattern + r')"\)', page).group(1)

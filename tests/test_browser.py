@@ -74,9 +74,10 @@ def server(tmp_path):
     env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs), ABEBOT_REFRESH_S="1")
     log = open(tmp_path / "streamlit.log", "wb")
     # What scripts/dashboard.sh starts: `streamlit run app.py` with the warm-up and the served front end.
+    # Without the token (the host and origin checks stay): the token is tested at the end of this file.
     proc = subprocess.Popen([sys.executable, "-m", "dashboard.serve", "--server.port", str(port),
                              "--server.headless", "true", "--server.address", "127.0.0.1",
-                             "--browser.gatherUsageStats", "false"],
+                             "--browser.gatherUsageStats", "false", "--no-token"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -244,5 +245,96 @@ def test_launch_watch_pause_stop_diff_export(server, tmp_path):
             page.wait_for_url(re.compile(r".*/monitor\?run=" + run_id))
             metric(page, "Generations done").wait_for()
             assert len(page.context.pages) == 1  # same tab, same session
+        finally:
+            browser.close()
+
+
+# ---- DNS rebinding (issue 35): a foreign host name resolved to 127.0.0.1 gets nothing -------------------
+
+ATTACKER_PAGE = """<!doctype html><script>
+window.verdict = new Promise(done => {
+  const ws = new WebSocket("ws://127.0.0.1:%d/_stcore/stream");
+  ws.onopen = () => done("open"); ws.onerror = () => done("refused");
+});
+</script>"""
+
+
+@pytest.fixture
+def guarded_server(tmp_path):
+    """``python -m dashboard.serve`` as scripts/dashboard.sh starts it, token on; (url, token)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    port = free_port()
+    log = open(tmp_path / "streamlit.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "dashboard.serve", "--server.port", str(port),
+                             "--server.headless", "true", "--server.address", "127.0.0.1",
+                             "--browser.gatherUsageStats", "false"],
+                            cwd=ROOT, env=dict(os.environ, ABEBOT_RUNS_DIR=str(runs)), stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        yield port, (runs / ".secrets" / "dashboard-token").read_text().strip()
+    finally:
+        kill_group(proc.pid)
+        proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture
+def attacker_site(tmp_path):
+    """A page on another port of this machine that opens a WebSocket to the dashboard; its port."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = (ATTACKER_PAGE % self.server.dashboard_port).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    try:
+        yield site
+    finally:
+        site.shutdown()
+
+
+def test_a_rebound_host_name_gets_no_dashboard_and_the_token_url_opens_it(guarded_server, attacker_site):
+    from playwright.sync_api import sync_playwright
+
+    port, token = guarded_server
+    attacker_site.dashboard_port = port
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=[*FLAGS, "--host-resolver-rules=MAP evil.example 127.0.0.1"])
+        try:
+            context = browser.new_context()
+            page = context.new_page()
+            page.set_default_timeout(30_000)
+            # The rebinding: evil.example resolves to the dashboard's address; it answers 403, no app.
+            response = page.goto(f"http://evil.example:{port}/")
+            assert response.status == 403
+            assert "does not answer to that host name" in page.content()
+            assert page.locator('[data-testid="stApp"]').count() == 0
+            # Without the token: the login page, not the app.
+            response = page.goto(f"http://127.0.0.1:{port}/launch")
+            assert response.status == 401 and page.locator('input[name="token"]').count() == 1
+            # The URL the start command prints: a cookie, then the clean URL, then the app.
+            page.goto(f"http://127.0.0.1:{port}/?token={token}")
+            page.get_by_role("button", name="Start run").wait_for()
+            assert "token" not in page.url
+            cookie = next(c for c in page.context.cookies() if c["name"] == f"abebot-token-{port}")
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and token not in cookie["value"]
+            # A page of another origin cannot open the app's WebSocket, even once the user is logged in.
+            attacker = context.new_page()
+            attacker.goto(f"http://evil.example:{attacker_site.server_address[1]}/")
+            assert attacker.evaluate("window.verdict") == "refused"
         finally:
             browser.close()

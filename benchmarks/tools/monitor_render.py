@@ -248,6 +248,7 @@ def streamlit_server(app: Path, cwd: Path, env: dict | None = None, serve: bool 
     port = port or free_port()
     launch = [sys.executable, "-m", *(("dashboard.serve",) if serve else ("streamlit", "run", str(app)))]
     log = tempfile.TemporaryFile()
+    env = dict(env, ABEBOT_NO_TOKEN="1")  # dashboard.guard: these time pages, not the one-time token redirect
     server = subprocess.Popen([*launch, "--server.port", str(port), "--server.headless", "true"], cwd=cwd, env=env,
                               stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -161,7 +161,8 @@ class Evaluator:
         return {"server": "core.evaluation.protocol:Protocol", "backend": self.config.backend,
                 "workload": self.config.workload, "problem": self.problem,
                 "stability_launches": self.config.stability_launches, "timing_target_s": self.timing_target_s,
-                "limits": sandbox_limits(self.backend, self.config.timeout_s)}
+                "limits": sandbox_limits(self.backend, self.config.timeout_s),
+                "cache_dir": str(self.cache_dir.absolute())}  # read (and Triton's written) under isolation
 
     def _seed(self) -> int:
         return self._rng.getrandbits(62)

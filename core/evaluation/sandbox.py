@@ -87,7 +87,8 @@ class Sandbox:
         """Start the child and wait until its server is built; SandboxError if it cannot be."""
         if self.alive():
             return self.info
-        ctx = mp.get_context("spawn")
+        from core.evaluation.isolation import spawn_context  # Linux namespaces when isolation is on (issue 35)
+        ctx = spawn_context([self.log_path], self.spec)  # mp.get_context("spawn") when it is off
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         proc = ctx.Process(target=_child_main, args=(child_conn, self.spec, self.log_path),
                            name="abebot-sandbox", daemon=True)

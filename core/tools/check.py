@@ -226,9 +226,12 @@ def seed_kernel(template: Any) -> KernelSource:
 
 def check_kernel(workload: str, backend: str, kernel: str | Path, problem: dict | str | None = None,
                  entry: str | None = None, launch: dict | str | None = None, runs_dir: str | Path = "runs",
-                 device: int = 0, **options: Any) -> dict:
+                 device: int = 0, isolate: bool | None = None, say: Callable[[str], None] | None = None,
+                 **options: Any) -> dict:
     """Check the kernel file ``kernel`` once: validate the input (CheckInputError), hold the device,
-    start a :class:`Checker`, evaluate, stop it. ``options`` go to :class:`Checker` (timing_target_s,
+    start a :class:`Checker`, evaluate, stop it. ``isolate``: compile and sandbox under Linux
+    namespaces (None: where available, :func:`isolation_for`); ``say`` gets the line saying how the
+    check is isolated, before it runs. ``options`` go to :class:`Checker` (timing_target_s,
     timeout_s, stability_launches, seed, log_path)."""
     problem = parse_json_object(problem, "--problem")
     launch = parse_json_object(launch, "--launch")
@@ -236,10 +239,25 @@ def check_kernel(workload: str, backend: str, kernel: str | Path, problem: dict 
         raise CheckInputError(f"--entry {entry!r} is not a function name")
     source = read_kernel(kernel)
     checker = Checker(workload, backend, problem, runs_dir=runs_dir, device=device, **options)  # validates
+    from core.evaluation import isolation
+
+    on = isolation_for(isolate)
+    (say or (lambda line: None))(isolation.describe(on))  # before the upload runs: what isolates it, or nothing
     hold_device, busy = device_lock()
     try:
-        with hold_device(Path(runs_dir), backend, device, f"check {kernel}"):
+        with isolation.turned(on), hold_device(Path(runs_dir), backend, device, f"check {kernel}"):
             with checker:
-                return checker.check(source, entry, launch, str(kernel))
+                return {**checker.check(source, entry, launch, str(kernel)), "isolation": isolation.describe(on)}
     except busy as exc:
         raise DeviceBusyError(str(exc)) from None
+
+
+def isolation_for(isolate: bool | None) -> bool:
+    """Whether a check is isolated (:mod:`core.evaluation.isolation`): ``isolate`` None isolates where
+    the machine can; True where it cannot is bad input."""
+    from core.evaluation import isolation
+
+    on = isolation.mode() != "none" if isolate is None else bool(isolate)
+    if on and isolation.mode() == "none":
+        raise CheckInputError(f"--isolate: no isolation here: {isolation.why_not()}")
+    return on
