@@ -251,8 +251,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"no runs in {args.runs_dir}")
         return 0
     # Generations are numbered from 0 (as in the per-generation lines); "done" counts them.
-    cols = ("run_id", "workload", "backend", "status", "done", "best_fitness")
-    table = [[_fmt(r.get(c)) if c != "done" else _done(r) for c in cols] for r in rows]
+    from store.runs import champion_text
+
+    cols = ("run_id", "workload", "backend", "status", "done", "champion fitness (speed-up in pairs)")
+    table = [[_fmt(r.get(c)) for c in cols[:4]] + [_done(r), champion_text(r)] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in table)) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     for row in table:

@@ -14,7 +14,7 @@ from dashboard import data
 from dashboard.meta import load_meta
 from dashboard.runs import generations_done, load_json
 from dashboard.settings import LIVE_STATUSES
-from store.runs import effective_status, run_dir
+from store.runs import effective_status, run_dir, speedup_text
 
 ARCHIVE = ".archive"  # a dot folder: list_runs never lists it
 
@@ -30,12 +30,13 @@ def table(rows: list[dict]) -> pd.DataFrame:
             "run_id": r["run_id"], "name": load_meta(folder)["name"], "status": r.get("status"),
             "workload": r.get("workload"), "backend": r.get("backend"), "device": cfg.get("device"),
             "done": f"{generations_done(r.get('generation'))} / {r.get('total_generations') or '∞'}",
-            "best_fitness": r.get("best_fitness"), "population": cfg.get("population"),
+            "best_fitness": r.get("best_fitness"), "champion": speedup_text(r) or None,
+            "population": cfg.get("population"),
             "selection": cfg.get("selection"), "weights": data.fmt_weights(cfg),
             "problem": data.fmt_problem(cfg.get("problem")),
             "baseline": (f"{base.get('primary')} {data.fmt_time_us(base.get('time_us'))}" if base.get("primary") else ""),
             "created_at": r.get("created_at"), "updated_at": r.get("updated_at")})
-    cols = ["run_id", "name", "status", "workload", "backend", "device", "done", "best_fitness", "population",
+    cols = ["run_id", "name", "status", "workload", "backend", "device", "done", "best_fitness", "champion", "population",
             "selection", "weights", "problem", "baseline", "created_at", "updated_at"]
     return pd.DataFrame(out, columns=cols)
 

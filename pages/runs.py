@@ -29,7 +29,11 @@ shown = df[keep]
 for col in ("created_at", "updated_at"):
     shown = shown.assign(**{col: data.to_datetime(shown[col])})
 st.dataframe(shown, hide_index=True, width="stretch", key="runs_table", column_config={
-    "best_fitness": st.column_config.NumberColumn("best fitness", format="%.4f"),
+    "best_fitness": st.column_config.NumberColumn(
+        "champion fitness", format="%.4f", help="the latest generation's champion, scored from the median of its "
+        "re-measurements: the figure core runs, Monitor, Export and the heartbeat show"),
+    "champion": st.column_config.TextColumn("speed-up (pairs)", help="the champion over the primary baseline, "
+                                            "timed in interleaved pairs; NOISY: the pair ratios spread over 10%"),
     "done": st.column_config.TextColumn("generations done", help="generations are numbered from 0: 5 done = 0..4"),
     "created_at": st.column_config.DatetimeColumn("created (UTC)", format="YYYY-MM-DD HH:mm"),
     "updated_at": st.column_config.DatetimeColumn("updated (UTC)", format="YYYY-MM-DD HH:mm:ss"),

@@ -189,13 +189,26 @@ class RunReader:
     def champion(self) -> dict | None:
         """The fittest ok individual of the whole run, with ``source`` (its kernel source) and
         ``kernel`` (its whole kernels row), or None while no individual is ok."""
-        best = self.top(1)
-        if best.empty:
-            return None
-        row = _record(best.iloc[0])
+        best = self._latest_champion()
+        if best is None:
+            top = self.top(1)
+            if top.empty:
+                return None
+            best = _record(top.iloc[0])
+        row = best
         row["kernel"] = self.kernel(row["source_hash"]) if row.get("source_hash") else None
         row["source"] = (row["kernel"] or {}).get("source")
         return row
+
+    def _latest_champion(self) -> dict | None:
+        """The latest generation's champion (its ``champion_hash``), as its latest ok row: the one
+        champion every view shows (``store.runs.champion_figure``); None when there is none."""
+        gens = self.generations(["generation", "champion_hash"])
+        if gens.empty or not isinstance(gens["champion_hash"].iloc[-1], str):
+            return None
+        frame = self.individuals(int(gens["generation"].iloc[-1]))
+        rows = frame[(frame["genome_hash"] == gens["champion_hash"].iloc[-1]) & (frame["status"] == "ok")]
+        return _record(rows.iloc[0]) if not rows.empty else None
 
     def kernel(self, source_hash: str) -> dict | None:
         """A kernel's source, flags, launch and resources by its hash, or None."""

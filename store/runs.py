@@ -168,8 +168,8 @@ def effective_status(path: Path | str, heartbeat: dict | None = None, now: float
 def list_runs(runs_dir: Path | str) -> list[dict]:
     """Every run in ``runs_dir``, newest first, without opening any database.
 
-    Keys: run_id, workload, backend, status, generation, best_fitness, created_at, updated_at,
-    total_generations, message. Folders that are not runs (``.cache``, stray files) are skipped; a
+    Keys: run_id, workload, backend, status, generation, created_at, updated_at, total_generations,
+    message, and the champion's figure (:func:`champion_figure`: best_fitness, champion_speedup...). Folders that are not runs (``.cache``, stray files) are skipped; a
     run whose config.json is unreadable is listed with status ``corrupt``.
     """
     root = Path(runs_dir)
@@ -197,7 +197,7 @@ def list_runs(runs_dir: Path | str) -> list[dict]:
             "backend": cfg.get("backend") if isinstance(cfg, dict) else None,
             "status": effective_status(path, hb) if isinstance(cfg, dict) else "corrupt",
             "generation": (hb or {}).get("generation"),
-            "best_fitness": _best_fitness(path),
+            **champion_figure(path),
             "created_at": (hb or {}).get("created_at", mtime),
             "updated_at": (hb or {}).get("updated_at", mtime),
             "total_generations": (hb or {}).get("total_generations",
@@ -209,13 +209,45 @@ def list_runs(runs_dir: Path | str) -> list[dict]:
     return out
 
 
-def _best_fitness(path: Path) -> float | None:
-    import pyarrow.compute as pc
+CHAMPION_FIELDS = ("best_fitness", "champion_hash", "champion_speedup", "champion_speedup_spread", "champion_noisy",
+                   "champion_samples", "cache")
+
+
+def champion_figure(path: Path) -> dict:
+    """The run's champion as every view shows it -- ``core runs``, Runs, Monitor, the heartbeat and
+    Export alike: the latest generation's champion, its fitness (``best_fitness``: that generation's
+    best, scored from the median of the champion's re-measurements, not the best single timing of
+    any generation), its paired speed-up over the primary baseline (the median of its
+    re-measurements), their spread, the noisy mark and the cache policy. Columns a run from before
+    them lacks are None."""
     import pyarrow.parquet as pq
 
+    out: dict = dict.fromkeys(CHAMPION_FIELDS)
     try:
-        col = pq.read_table(path / LIVE / "generations.parquet", columns=["best_fitness"]).column(0)
+        table = pq.read_table(path / LIVE / "generations.parquet")
     except (OSError, ValueError, KeyError):
-        return None
-    best = pc.max(col).as_py() if len(col) else None
-    return float(best) if best is not None else None
+        return out
+    if not table.num_rows:
+        return out
+    for name in CHAMPION_FIELDS:
+        if name in table.column_names:
+            out[name] = table.column(name)[table.num_rows - 1].as_py()
+    return out
+
+
+def speedup_text(fig: dict) -> str:
+    """``1.48x ±0.01, 3 timings, cold`` (``NOISY`` appended when marked); "" without a paired speed-up."""
+    if fig.get("champion_speedup") is None:
+        return ""
+    spread, n = fig.get("champion_speedup_spread"), fig.get("champion_samples")
+    return (f"{fig['champion_speedup']:.3f}x" + (f" ±{spread:.3f}" if spread is not None else "")
+            + (f", {n} timing{'s' if n != 1 else ''}" if n else "") + (f", {fig['cache']}" if fig.get("cache") else "")
+            + (" NOISY" if fig.get("champion_noisy") else ""))
+
+
+def champion_text(fig: dict) -> str:
+    """``2.8978 (1.48x ±0.01, 3 timings, cold)``; ``-`` without a champion."""
+    if fig.get("best_fitness") is None:
+        return "-"
+    speed = speedup_text(fig)
+    return f"{fig['best_fitness']:.4f}" + (f" ({speed})" if speed else "")

@@ -288,7 +288,9 @@ class RunWriter:
                 log.warning("live/ mirror of generation %s failed: %s", generation, exc)
                 self._live_dirty = True
             best = summary.get("best_fitness")
-            self.heartbeat(best_fitness=best if best is None else float(best))
+            self.heartbeat(best_fitness=best if best is None else float(best),
+                           **{k: summary.get(k) for k in ("champion_hash", "champion_speedup", "champion_speedup_spread",
+                                                          "champion_noisy", "champion_samples", "cache")})
 
     # -- live/ mirror ------------------------------------------------------------------------------
     @property

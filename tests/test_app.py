@@ -294,7 +294,10 @@ def test_monitor_shows_progress_and_status(populated):
     at = app("monitor")
     assert metric(at, "Generations done") == "6 / 6"
     assert "finished" in metric(at, "Status")
-    assert float(metric(at, "Best fitness")) > 0
+    from store.runs import champion_figure
+
+    runs, run_id = populated
+    assert float(metric(at, "Champion fitness")) == pytest.approx(champion_figure(runs / run_id)["best_fitness"], abs=1e-4)
     assert not any(b.label.endswith("Pause") for b in at.button)  # a finished run has no controls
 
 

@@ -216,8 +216,15 @@ def _source_name(backend: str) -> str:
 
 
 def _ratios(row: dict, baseline: dict) -> dict:
+    """The kernel against the primary baseline: its paired speed-up (the median of its
+    re-measurements' pair ratios, as every view shows it) where it has one, else the ratio of the
+    two medians; the memory ratio."""
     out = {}
-    if row.get("time_us") and baseline.get("time_us"):
+    if row.get("speedup") is not None and row.get("speedup") == row.get("speedup"):
+        out.update(speedup=row["speedup"], speedup_spread=row.get("speedup_spread"), noisy=row.get("noisy"),
+                   cache=row.get("cache"), speedup_samples=_loads(row.get("speedup_samples"), []),
+                   timed_beside=row.get("pair_baseline"))
+    elif row.get("time_us") and baseline.get("time_us"):
         out["speedup"] = baseline["time_us"] / row["time_us"]
     if row.get("memory_bytes") and baseline.get("memory_bytes"):
         out["memory_ratio"] = row["memory_bytes"] / baseline["memory_bytes"]
