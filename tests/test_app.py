@@ -1152,3 +1152,22 @@ def test_dashboard_serve_starts_streamlit_and_warms_up_at_start(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def test_individuals_survive_a_filter_that_leaves_fewer_rows_than_the_selected_one(populated):
+    at = app("individuals")
+    tenth = {"selection": {"rows": [10], "columns": [], "cells": []}}
+    at.session_state["ind_table"] = tenth
+    at.run()
+    assert not at.exception and any(s.value.startswith("Kernel of ") for s in at.subheader)
+    prefix = at.dataframe(key="ind_table").value["genome_hash"].iloc[0][:4]
+    for value in (prefix, "zzzz"):  # a few rows, then a prefix that matches nothing
+        at.session_state["ind_table"] = tenth
+        at.text_input(key="ind_hash").set_value(value).run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert len(at.dataframe(key="ind_table").value) < 10
+        at.session_state["ind_table"] = tenth  # the same filter again, the stale selection still there
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert not any(s.value.startswith("Kernel of ") for s in at.subheader)
+    assert "0 of 48 individuals match" in texts(at)
