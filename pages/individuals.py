@@ -54,6 +54,7 @@ view = (repr(filters), sort, descending, size)
 if st.session_state.get("_ind_view") != view:  # a new filter or order starts on its first page
     st.session_state["_ind_view"] = view
     st.session_state["ind_page"] = 1
+    st.session_state.pop("ind_table", None)  # a selected row of the old view means nothing in the new one
 st.session_state["ind_page"] = min(max(1, int(st.session_state.get("ind_page") or 1)), pages)
 p1, p2 = st.columns([1, 5], vertical_alignment="bottom")
 page = int(p1.number_input("Page", min_value=1, max_value=pages, step=1, key="ind_page"))
@@ -67,6 +68,7 @@ event = st.dataframe(rows, hide_index=True, width="stretch", height=min(420, 38 
                      key="ind_table", on_select="rerun", selection_mode="single-row",
                      column_config={c: st.column_config.TextColumn(c[5:]) for c in table.genes})
 selected = event.selection.rows if event and hasattr(event, "selection") else []
+selected = [i for i in selected if 0 <= i < len(rows)]  # a row index of a longer page (another filter, page)
 if selected:
     row = rows.iloc[selected[0]]
     champ = champion(str(folder), table.rows)
