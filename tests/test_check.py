@@ -376,3 +376,13 @@ def test_the_contract_doc_holds_the_generated_contract():
     assert "# Bring your own kernel" in doc and "## The entry contract" in doc
     assert contract_text() in doc, ("docs/contract.md's entry contract differs: "
                                     "paste `python -m core check --contract` into it")
+
+
+def test_a_wrong_result_shows_the_failing_shapes_own_error_in_the_per_shape_table(gemm):
+    r = cheat(gemm, "gemm_low_precision")
+    assert r["status"] == "wrong_result", verdict(r)
+    failing = r["shape_errors"][-1]  # verification stops at the first shape that fails
+    assert failing["max_abs_err"] > 0 and failing["max_abs_err"] == r["max_abs_err"], r["shape_errors"]
+    shape = ",".join(f"{k}={v}" for k, v in failing["shape"].items())
+    row = next(line for line in format_report(r).splitlines() if shape in line and "max_abs_err" in line)
+    assert f"max_abs_err {failing['max_abs_err']:.3g}" in row, format_report(r)
