@@ -1171,3 +1171,27 @@ def test_individuals_survive_a_filter_that_leaves_fewer_rows_than_the_selected_o
         assert not at.exception, [e.value for e in at.exception]
         assert not any(s.value.startswith("Kernel of ") for s in at.subheader)
     assert "0 of 48 individuals match" in texts(at)
+
+
+@pytest.mark.parametrize("content, why", [(b"", "mine.c is empty"), (b"\x7fELF\x02\x00\x00", "mine.c is a binary file"),
+                                          (b"void abebot_gemm( {\n", "compile_error")])
+def test_check_page_names_the_users_file_for_an_odd_upload(runs, content, why):
+    at = app("check")
+    at.file_uploader(key="check_file").upload("mine.c", content, "text/x-c").run()
+    at.text_input(key="check_problem").input('{"m": 64, "n": 64, "k": 64}').run()
+    at.button(key="check_run").click().run(timeout=120)
+    shown = "\n".join(e.value for e in at.error) + "\n".join(c.value for c in at.code)
+    assert why in shown, shown
+    assert "--kernel" not in shown and ".check" not in shown and "upload-" not in shown and ".cache" not in shown, shown
+    if why == "compile_error":
+        assert "mine.c:1:" in shown and not at.dataframe  # no baselines were timed, no empty tables
+    assert not (runs / ".check").exists() or not list((runs / ".check").iterdir())  # nothing left behind
+
+
+def test_check_page_placeholders_follow_the_chosen_workload(runs):
+    at = app("check")
+    assert '"m"' in at.text_input(key="check_problem").placeholder
+    at.selectbox(key="check_workload").set_value("rmsnorm").run()
+    hint = json.loads(at.text_input(key="check_problem").placeholder)
+    assert set(hint) == {"rows", "cols"}
+    assert "argtypes" not in at.text_input(key="check_launch").placeholder
