@@ -1195,3 +1195,14 @@ def test_check_page_placeholders_follow_the_chosen_workload(runs):
     hint = json.loads(at.text_input(key="check_problem").placeholder)
     assert set(hint) == {"rows", "cols"}
     assert "argtypes" not in at.text_input(key="check_launch").placeholder
+
+
+def test_a_population_that_is_not_a_number_blocks_start_and_says_why(runs):
+    at = app()
+    assert not at.button(key="launch_start").disabled
+    at.number_input(key="launch_population").set_value(None).run()  # what "abc" leaves in a number field
+    assert at.button(key="launch_start").disabled
+    assert any("Population must be a number" in e.value for e in at.error), [e.value for e in at.error]
+    assert not run_folders(runs)
+    at.number_input(key="launch_population").set_value(6).run()
+    assert not at.button(key="launch_start").disabled and not at.error
