@@ -9,7 +9,7 @@ import streamlit as st
 from dashboard import data
 from dashboard.nav import ensure_navigation  # noqa: F401  (pages call ui.ensure_navigation())
 from dashboard.runs import all_runs, data_signature, resolve, run_label
-from dashboard.settings import runs_dir
+from dashboard.settings import LIVE_STATUSES, refresh_seconds, runs_dir
 from store.reader import RunReader
 
 # Material icons (Streamlit's own font), not emoji: emoji are empty boxes on a minimal Debian.
@@ -42,12 +42,37 @@ def pick_run(label: str = "Run") -> tuple[str, Path] | None:
         st.session_state["run_select"] = current if current in ids else ids[0]
     # The id alone fits the sidebar; the rest goes in a caption under it instead of being cut off.
     run_id = st.sidebar.selectbox(label, ids, key="run_select")
-    st.sidebar.caption(run_label(by_id[run_id]))
+    live = by_id[run_id].get("status") in LIVE_STATUSES
+    with st.sidebar:  # refreshed on its own while the run is live: Monitor reruns only its body
+        st.fragment(run_caption, run_every=refresh_seconds() if live else None)(by_id[run_id])
     st.session_state["current_run"] = run_id
     if st.query_params.get("run") != run_id:
         st.query_params["run"] = run_id
     st.session_state["_run_from_url"] = run_id
     return run_id, resolve(runs, run_id, ids)  # type: ignore[return-value]
+
+
+def run_caption(row: dict) -> None:
+    """The sidebar's line under the run picker (:func:`dashboard.runs.run_label`), with the status and
+    generations read again from the run's heartbeat: a tab that launched a run does not keep saying
+    "starting · 0 of 6" once the run is paused at 3 of 6."""
+    st.caption(run_label(fresh_row(row)))
+
+
+def fresh_row(row: dict) -> dict:
+    """``row`` (from :func:`dashboard.runs.all_runs`) with status, generation and total generations
+    as the run's heartbeat says now."""
+    from store.runs import HEARTBEAT, effective_status, read_json
+
+    folder = row.get("path")
+    if not folder:
+        return row
+    hb = read_json(Path(folder) / HEARTBEAT)
+    hb = hb if isinstance(hb, dict) else None
+    if hb is None:
+        return row
+    return {**row, "status": effective_status(folder, hb), "generation": hb.get("generation"),
+            "total_generations": hb.get("total_generations", row.get("total_generations"))}
 
 
 def run_page(title: str, heading: bool = True) -> tuple[str, Path]:

@@ -116,7 +116,7 @@ def body() -> None:
     st.progress(prog["fraction"], text=prog["label"] + (f" · {phase}" if phase else ""))
     if status in LIVE_STATUSES:
         controls(status)
-    elif L.launched(run_id) and L.launched(run_id).alive():
+    elif hb is None and L.launched(run_id) and L.launched(run_id).alive():  # once it has written one, never again
         st.info("Worker started: waiting for its first heartbeat…", icon=":material/hourglass_top:")
     elif status in ("dead", "failed", "stopped"):
         dead_run(status)

@@ -1206,3 +1206,28 @@ def test_a_population_that_is_not_a_number_blocks_start_and_says_why(runs):
     assert not run_folders(runs)
     at.number_input(key="launch_population").set_value(6).run()
     assert not at.button(key="launch_start").disabled and not at.error
+
+
+def test_a_finished_run_launched_here_no_longer_waits_for_a_heartbeat(populated, monkeypatch):
+    runs, run_id = populated
+    lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # the worker, still exiting
+    try:
+        monkeypatch.setitem(L._launched, run_id, L.Launched(run_id, "c", 0, lingering, 0.0))
+        at = app("monitor", {"run": run_id})
+        assert "finished" in metric(at, "Status")
+        assert not any("waiting for its first heartbeat" in i.value for i in at.info)
+    finally:
+        lingering.kill()
+        lingering.wait()
+
+
+def test_the_sidebar_caption_reads_the_runs_heartbeat_not_the_page_load(runs, live_run):
+    from dashboard import ui
+    from dashboard.runs import all_runs, run_label
+
+    row = next(r for r in all_runs(runs) if r["run_id"] == live_run)
+    stale = {**row, "status": "starting", "generation": None}  # what the tab saw when it launched the run
+    hb = read_json(runs / live_run / "heartbeat.json")
+    atomic_write_json(runs / live_run / "heartbeat.json", {**hb, "status": "paused", "generation": 1})
+    label = run_label(ui.fresh_row(stale))
+    assert "paused" in label and "2 of 3 generations done" in label, label
