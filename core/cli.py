@@ -241,14 +241,18 @@ def _work(writer, cfg: RunConfig, target: Path, runs_dir: Path) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from store.runs import list_runs
+    from store.runs import list_runs, read_json
 
     rows = list_runs(Path(args.runs_dir))
     if not rows:
         print(f"no runs in {args.runs_dir}")
         return 0
     # Generations are numbered from 0 (as in the per-generation lines); "done" counts them.
-    cols = ("run_id", "workload", "backend", "status", "done", "best_fitness")
+    cols = ("run_id", "name", "workload", "backend", "status", "done", "best_fitness")
+    for r in rows:  # the name given on the dashboard's Runs page (<run>/meta.json), printable characters only
+        meta = read_json(Path(args.runs_dir) / r["run_id"] / "meta.json")
+        name = str(meta.get("name") or "") if isinstance(meta, dict) else ""
+        r["name"] = "".join(ch for ch in name if ch.isprintable()) or "-"
     table = [[_fmt(r.get(c)) if c != "done" else _done(r) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in table)) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))

@@ -1,6 +1,8 @@
 """Plotly figure builders for the dashboard. Each takes a small, already shaped frame."""
 from __future__ import annotations
 
+import html
+
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -267,14 +269,16 @@ def memory_bars(table: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def compare_runs(curves: dict[str, pd.DataFrame]) -> go.Figure:
+def compare_runs(curves: dict[str, pd.DataFrame], labels: dict[str, str] | None = None) -> go.Figure:
     """Best fitness per generation of several runs on one chart (markers where a run has few points,
-    so a one-generation run is a visible dot; the y-axis fits the data, not Plotly's default 0..10)."""
+    so a one-generation run is a visible dot; the y-axis fits the data, not Plotly's default 0..10).
+    ``labels``: the legend's text per run id (its name beside the id), shown as plain text."""
     if not curves:
         return empty("Best fitness per run", "select runs to compare")
     fig = go.Figure()
     for run_id, df in curves.items():
-        fig.add_trace(go.Scatter(x=df["generation"], y=df["best_fitness"], name=run_id,
+        label = html.escape((labels or {}).get(run_id) or run_id, quote=False)
+        fig.add_trace(go.Scatter(x=df["generation"], y=df["best_fitness"], name=label,
                                  mode="lines+markers" if len(df) < 60 else "lines", marker=dict(size=8)))
     _generation_axis(fig, pd.concat([df["generation"] for df in curves.values()]))
     top = pd.concat([pd.to_numeric(df["best_fitness"], errors="coerce") for df in curves.values()]).max()

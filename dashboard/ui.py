@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import data
 from dashboard.nav import ensure_navigation  # noqa: F401  (pages call ui.ensure_navigation())
+from dashboard.names import md, run_name
 from dashboard.runs import all_runs, data_signature, resolve, run_label
 from dashboard.settings import LIVE_STATUSES, refresh_seconds, runs_dir
 from store.reader import RunReader
@@ -41,7 +42,9 @@ def pick_run(label: str = "Run") -> tuple[str, Path] | None:
         current = st.session_state.get("current_run")
         st.session_state["run_select"] = current if current in ids else ids[0]
     # The id alone fits the sidebar; the rest goes in a caption under it instead of being cut off.
-    run_id = st.sidebar.selectbox(label, ids, key="run_select")
+    names = {r["run_id"]: run_name(r.get("path")) for r in rows}
+    run_id = st.sidebar.selectbox(label, ids, key="run_select",
+                                  format_func=lambda rid: f"{names[rid]} · {rid}" if names.get(rid) else rid)
     live = by_id[run_id].get("status") in LIVE_STATUSES
     with st.sidebar:  # refreshed on its own while the run is live: Monitor reruns only its body
         st.fragment(run_caption, run_every=refresh_seconds() if live else None)(by_id[run_id])
@@ -56,7 +59,7 @@ def run_caption(row: dict) -> None:
     """The sidebar's line under the run picker (:func:`dashboard.runs.run_label`), with the status and
     generations read again from the run's heartbeat: a tab that launched a run does not keep saying
     "starting · 0 of 6" once the run is paused at 3 of 6."""
-    st.caption(run_label(fresh_row(row)))
+    st.caption(md(row["run_id"]) + "  \n" + md(run_label(fresh_row(row))))
 
 
 def fresh_row(row: dict) -> dict:

@@ -5,6 +5,7 @@ import streamlit as st
 
 from dashboard import data, live, plotly_basic, ui
 from dashboard import launch as L
+from dashboard.names import md, run_name
 from dashboard.settings import LIVE_STATUSES, refresh_seconds, runs_dir
 from store.control import read_control, write_control
 from store.reader import RunReader
@@ -19,8 +20,9 @@ try:
 except StoreError as exc:
     st.error(str(exc))
     st.stop()
-st.title(run_id)
-st.caption(live.config_caption(cfg, folder))
+name = run_name(folder)
+st.title(md(name) if name else run_id)
+st.caption((f"{md(run_id)} · " if name else "") + live.config_caption(cfg))
 
 
 def is_live(status: str) -> bool:
