@@ -67,11 +67,11 @@ def dead_run(status: str) -> None:
         st.info("This run was stopped. It can be resumed from its last committed generation.",
                 icon=":material/stop_circle:")
     with st.expander("Last lines of worker.log", expanded=status != "stopped"):
-        st.code("\n".join(lines) or "(empty log)", language="text")
+        st.code("\n".join(lines) or "(empty log)", language="text", wrap_lines=True)
         errors = L.stderr_tail(runs_dir(), run_id)
         if errors:
             st.markdown("The worker's stderr:")
-            st.code("\n".join(errors), language="text")
+            st.code("\n".join(errors), language="text", wrap_lines=True)
     if st.button("Resume run", icon=":material/replay:", type="primary", key="resume_run"):
         reason = L.busy_reason(runs_dir(), str(cfg.get("backend")), int(cfg.get("device", 0)))
         if reason:
@@ -124,7 +124,7 @@ def body() -> None:
         dead_run(status)
     if status in LIVE_STATUSES:
         with st.expander("Live log (last 15 lines of worker.log)", expanded=False):
-            st.code("\n".join(reader.log_tail(15)) or "(empty log)", language="text")
+            st.code("\n".join(reader.log_tail(15)) or "(empty log)", language="text", wrap_lines=True)
     if not gens.empty:
         last = gens.iloc[-1]
         st.caption(f"Champion `{last.get('champion_hash', '?')}` · best time so far "
