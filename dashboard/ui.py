@@ -35,15 +35,15 @@ def pick_run(label: str = "Run") -> tuple[str, Path] | None:
     if wanted and resolve(runs, wanted, ids) is None:
         st.sidebar.warning("The run in the address is not a run of this runs folder; showing another.")
         wanted = None
-    if wanted and st.session_state.get("_run_from_url") != wanted:
-        st.session_state["_run_from_url"] = wanted
-        st.session_state["run_select"] = wanted
-    if st.session_state.get("run_select") not in ids:
-        current = st.session_state.get("current_run")
-        st.session_state["run_select"] = current if current in ids else ids[0]
-    # The id alone fits the sidebar; the rest goes in a caption under it instead of being cut off.
+    if wanted and st.session_state.get("_run_from_url") != wanted:  # a new address (a link, another page): it wins
+        st.session_state["current_run"] = wanted
+    current = st.session_state.get("current_run")
+    # The picker's state is set from ``current_run`` on every run: a page switch gives the picker a new
+    # widget identity, and its old state would otherwise be dropped for the newest run (Monitor's
+    # "Open the diff in Genomes" opened the newest run). A pick in the picker updates current_run first.
+    st.session_state["run_select"] = current if current in ids else ids[0]
     names = {r["run_id"]: run_name(r.get("path")) for r in rows}
-    run_id = st.sidebar.selectbox(label, ids, key="run_select",
+    run_id = st.sidebar.selectbox(label, ids, key="run_select", on_change=_picked,
                                   format_func=lambda rid: f"{names[rid]} · {rid}" if names.get(rid) else rid)
     live = by_id[run_id].get("status") in LIVE_STATUSES
     with st.sidebar:  # refreshed on its own while the run is live: Monitor reruns only its body
@@ -53,6 +53,11 @@ def pick_run(label: str = "Run") -> tuple[str, Path] | None:
         st.query_params["run"] = run_id
     st.session_state["_run_from_url"] = run_id
     return run_id, resolve(runs, run_id, ids)  # type: ignore[return-value]
+
+
+def _picked() -> None:
+    """The run picker's callback: the run picked becomes the current run (before the page runs)."""
+    st.session_state["current_run"] = st.session_state.get("run_select")
 
 
 def run_caption(row: dict) -> None:

@@ -425,3 +425,64 @@ def test_every_chart_reads_well_at_1280_and_1920_px(synthetic_server, browser, w
     finally:
         page.close()
     assert not problems, "\n".join(problems)
+
+
+def sidebar_run(page) -> str:
+    return page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] input').input_value()
+
+
+@pytest.mark.parametrize("how", ["address", "picker"])
+def test_monitor_opens_the_diff_of_the_run_being_viewed(synthetic_server, browser, how):
+    """Monitor's "Open the diff in Genomes" opens that run, not the newest, whether the run came from
+    the address or from the sidebar's picker."""
+    s = synthetic_server
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(30_000)
+    try:
+        if how == "address":
+            page.goto(f"{s['url']}/monitor?run={s['newer']}")
+        else:
+            page.goto(f"{s['url']}/monitor?run={s['live']}")
+            page.get_by_text("Champion changes").wait_for()
+            page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] input').click()
+            page.get_by_role("option", name=s["newer"]).click()
+            page.wait_for_url(re.compile(rf".*/monitor\?run={s['newer']}"))
+        wait_for(lambda: sidebar_run(page) == s["newer"], 30, "the run on Monitor")
+        page.get_by_role("button", name="Open the diff in Genomes").click()
+        page.wait_for_url(re.compile(r".*/genomes\?.*"))
+        page.get_by_text("Lineage of the champion").wait_for()
+        assert f"run={s['newer']}" in page.url
+        assert sidebar_run(page) == s["newer"], page.url
+    finally:
+        page.close()
+
+
+def test_the_sidebar_follows_a_live_run_and_population_text_blocks_start(synthetic_server, browser):
+    """The sidebar's caption is refreshed with the run (paused at 4 of 6, not what the page first
+    saw); on Launch, a Population that is not a number blocks Start and says why."""
+    from store.runs import atomic_write_json, read_json
+
+    s = synthetic_server
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(30_000)
+    hb_path = s["runs"] / s["live"] / "heartbeat.json"
+    hb = read_json(hb_path)
+    try:
+        atomic_write_json(hb_path, {**hb, "status": "running", "generation": 1})
+        page.goto(f"{s['url']}/monitor?run={s['live']}")
+        caption = page.locator('[data-testid="stSidebar"] [data-testid="stCaptionContainer"]').last
+        wait_for(lambda: "running · 2 of 6" in caption.inner_text(), 30, "the caption of a running run")
+        atomic_write_json(hb_path, {**hb, "status": "paused", "generation": 3})
+        wait_for(lambda: "paused · 4 of 6" in caption.inner_text(), 30, "the caption of the paused run")
+
+        page.goto(f"{s['url']}/launch")
+        population = page.get_by_role("spinbutton", name="Population")
+        population.click()
+        population.press("Control+a")
+        page.keyboard.type("abc")  # the browser's number field takes no letters: it is left empty
+        population.press("Tab")
+        page.get_by_text("Population must be a number").wait_for()
+        assert page.get_by_role("button", name="Start run").is_disabled()
+    finally:
+        atomic_write_json(hb_path, hb)
+        page.close()
