@@ -486,3 +486,20 @@ def test_the_sidebar_follows_a_live_run_and_population_text_blocks_start(synthet
     finally:
         atomic_write_json(hb_path, hb)
         page.close()
+
+
+def test_a_page_says_it_is_loading_at_once(synthetic_server, browser):
+    """A page's first visit shows "Loading <page>…" until it has run (Individuals fits a forest), and
+    the line is gone after."""
+    s = synthetic_server
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{s['url']}/runs")
+        page.get_by_text("Compare runs").wait_for()
+        page.get_by_role("link", name="Individuals").click()
+        page.get_by_text("Loading Individuals…").wait_for(timeout=10_000)
+        page.get_by_text("Which genes matter").wait_for()
+        page.get_by_text("Loading Individuals…").wait_for(state="detached")
+    finally:
+        page.close()
