@@ -4,6 +4,6 @@ from __future__ import annotations
 
 # `core`, `store`, `dashboard` come from the installed project (`pip install -e .`, which
 # scripts/dashboard.sh and scripts/test.sh run), or from the repo root when started there.
-from dashboard.nav import setup
+from dashboard.nav import run, setup
 
-setup().run()
+run(setup())  # a "Loading <page>…" line at once on a page's first visit, until the page has run

@@ -244,7 +244,7 @@ def _work(writer, cfg: RunConfig, target: Path, runs_dir: Path) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from store.runs import list_runs
+    from store.runs import list_runs, read_json
 
     rows = list_runs(Path(args.runs_dir))
     if not rows:
@@ -253,8 +253,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
     # Generations are numbered from 0 (as in the per-generation lines); "done" counts them.
     from store.runs import champion_text
 
-    cols = ("run_id", "workload", "backend", "status", "done", "champion fitness (speed-up in pairs)")
-    table = [[_fmt(r.get(c)) for c in cols[:4]] + [_done(r), champion_text(r)] for r in rows]
+    cols = ("run_id", "name", "workload", "backend", "status", "done", "champion fitness (speed-up in pairs)")
+    for r in rows:  # the name given on the dashboard's Runs page (<run>/meta.json), printable characters only
+        meta = read_json(Path(args.runs_dir) / r["run_id"] / "meta.json")
+        name = str(meta.get("name") or "") if isinstance(meta, dict) else ""
+        r["name"] = "".join(ch for ch in name if ch.isprintable()) or "-"
+    table = [[_fmt(r.get(c)) for c in cols[:5]] + [_done(r), champion_text(r)] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in table)) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     for row in table:

@@ -1,6 +1,8 @@
 """Plotly figure builders for the dashboard. Each takes a small, already shaped frame."""
 from __future__ import annotations
 
+import html
+
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -46,7 +48,10 @@ def _layout(fig: go.Figure, title: str, height: int = 320, **kw) -> go.Figure:
     # Streamlit's own font and text colour, as its Plotly theme draws them (both renderers look alike).
     fig.update_layout(title=dict(text=title, x=0, font=dict(size=15, weight=600)), height=height,
                       font=dict(family='"Source Sans", "Source Sans Pro", sans-serif', color="#31333F"),
-                      margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.2),
+                      margin=dict(l=10, r=10, t=40, b=10),
+                      # Under everything, the x-axis title included: anchored to the figure's bottom edge
+                      # (not the plot area's), so Plotly makes room for it below the axis title.
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left"),
                       hovermode="x unified", template="plotly_white", **kw)
     return fig
 
@@ -236,8 +241,14 @@ def benchmark_bars(table: pd.DataFrame, roofline_us: float | None) -> go.Figure:
     if table.empty:
         return empty("Time per implementation")
     colours = [BLUE if kind == "champion" else GREY for kind in table["kind"]]
-    fig = go.Figure(go.Bar(y=table["name"], x=table["time_us"], orientation="h", marker_color=colours,
-                           error_x=dict(type="data", array=table.get("spread_us"), visible=True, color="#475569"),
+    times = pd.to_numeric(table["time_us"], errors="coerce").astype(float)
+    spread = pd.to_numeric(table.get("spread_us", pd.Series(0.0, index=table.index)), errors="coerce").fillna(0.0)
+    # A time is never below zero: an error bar wider than its bar stops at zero (the spread is an
+    # interquartile range, not a symmetric error), and the axis starts at zero.
+    below = pd.concat([spread, times], axis=1).min(axis=1).clip(lower=0)
+    fig = go.Figure(go.Bar(y=table["name"], x=times, orientation="h", marker_color=colours,
+                           error_x=dict(type="data", array=spread.to_numpy(), arrayminus=below.to_numpy(), symmetric=False,
+                                        visible=True, color="#475569"),
                            # inside, at the bar's base: the error bar sits at its end
                            text=[f"{t:,.1f} µs" for t in table["time_us"]], textposition="inside",
                            insidetextanchor="start", textfont=dict(color="white"),
@@ -245,7 +256,8 @@ def benchmark_bars(table: pd.DataFrame, roofline_us: float | None) -> go.Figure:
     if roofline_us:
         fig.add_vline(x=roofline_us, line=dict(color=RED, dash="dash"), annotation_text="roofline",
                       annotation_position="top")
-    fig.update_xaxes(title="time (µs, lower is better)", rangemode="tozero")
+    top = float(max((times + spread).max(), roofline_us or 0.0)) if len(times) else 0.0
+    fig.update_xaxes(title="time (µs, lower is better)", range=[0, top * 1.08 if top > 0 else 1])
     fig.update_yaxes(autorange="reversed")
     fig = _layout(fig, "Time per implementation", height=120 + 45 * len(table))
     fig.update_layout(hovermode="closest", showlegend=False)
@@ -267,14 +279,16 @@ def memory_bars(table: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def compare_runs(curves: dict[str, pd.DataFrame]) -> go.Figure:
+def compare_runs(curves: dict[str, pd.DataFrame], labels: dict[str, str] | None = None) -> go.Figure:
     """Best fitness per generation of several runs on one chart (markers where a run has few points,
-    so a one-generation run is a visible dot; the y-axis fits the data, not Plotly's default 0..10)."""
+    so a one-generation run is a visible dot; the y-axis fits the data, not Plotly's default 0..10).
+    ``labels``: the legend's text per run id (its name beside the id), shown as plain text."""
     if not curves:
         return empty("Best fitness per run", "select runs to compare")
     fig = go.Figure()
     for run_id, df in curves.items():
-        fig.add_trace(go.Scatter(x=df["generation"], y=df["best_fitness"], name=run_id,
+        label = html.escape((labels or {}).get(run_id) or run_id, quote=False)
+        fig.add_trace(go.Scatter(x=df["generation"], y=df["best_fitness"], name=label,
                                  mode="lines+markers" if len(df) < 60 else "lines", marker=dict(size=8)))
     _generation_axis(fig, pd.concat([df["generation"] for df in curves.values()]))
     top = pd.concat([pd.to_numeric(df["best_fitness"], errors="coerce") for df in curves.values()]).max()
@@ -303,6 +317,7 @@ def importance(table: pd.DataFrame) -> go.Figure:
 
 PARALLEL_BANDS = 16  # fitness colour bands of the parallel-coordinates lines (one SVG trace each)
 PARALLEL_LABELS = 12  # at most this many value labels per gene axis
+PARALLEL_LABEL_CHARS = 10  # a value label's length: it must end before the axis to its left does
 
 
 def _levels(values: pd.Series) -> list[str]:
@@ -345,7 +360,8 @@ def parallel(frame: pd.DataFrame, genes: list[str]) -> go.Figure:
         height = {v: i / (len(levels) - 1) if len(levels) > 1 else 0.5 for i, v in enumerate(levels)}
         ys.append(values[g].map(height).to_numpy(float))
         shown = levels if len(levels) <= PARALLEL_LABELS else levels[:: -(-len(levels) // PARALLEL_LABELS)]
-        ticks.append([(height[v], v if len(v) <= 14 else v[:13] + "…") for v in shown])
+        ticks.append([(height[v], v if len(v) <= PARALLEL_LABEL_CHARS else v[:PARALLEL_LABEL_CHARS - 1] + "…")
+                      for v in shown])
     lo, hi = float(fit.min()), float(fit.max())
     span = hi - lo if hi > lo else 0.0
     fit_y = (fit - lo) / span if span else np.full(n, 0.5)
@@ -379,7 +395,7 @@ def parallel(frame: pd.DataFrame, genes: list[str]) -> go.Figure:
                                          colorbar=dict(title="fitness", thickness=12)),
                              hovertemplate="fitness %{marker.color:.4f}<br>" + hover + "<extra></extra>"))
     fig.update_xaxes(tickvals=list(axes_x), ticktext=[_short(g) for g in genes] + ["fitness"], side="top",
-                     range=[-0.7, k + 0.2], showgrid=False, zeroline=False, fixedrange=True)
+                     range=[-0.7, k + 0.2], tickangle=0, showgrid=False, zeroline=False, fixedrange=True)
     fig.update_yaxes(visible=False, range=[-0.04, 1.04], fixedrange=True)
     fig = _layout(fig, f"Genes against fitness ({n:,} rows)", height=420)
     fig.update_layout(hovermode="closest", margin=dict(l=10, r=10, t=70, b=10))

@@ -2,13 +2,18 @@
 
 The same command the CLI documents, so the dashboard checks a kernel exactly as ``core check``
 does, under the same device lock (``core check`` takes it; a busy device is its exit status 2).
-The upload is written under ``<runs>/.check/`` with a generated name; nothing the user typed
-becomes a path, and the command is an argument list, never a shell line.
+The upload is written under ``<runs>/.check/<random>/`` under its own base name reduced to letters,
+digits, ``.``, ``-`` and ``_`` (so a compiler's log names the user's file); nothing else the user
+typed becomes a path, and the command is an argument list, never a shell line. An empty or binary
+upload is refused before anything runs, and every message names the user's own file (the upload's
+name), never the internal path or a command-line flag.
 """
 from __future__ import annotations
 
 import json
+import re
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,29 +40,71 @@ def check_argv(runs: Path, kernel: Path, workload: str, backend: str, problem: s
     return argv
 
 
-def save_upload(runs: Path, backend: str, data: bytes) -> Path:
-    """Write the uploaded source to ``<runs>/.check/<random><suffix>`` and return the path."""
+def save_upload(runs: Path, backend: str, data: bytes, name: str = "the upload") -> Path:
+    """Write the uploaded source to ``<runs>/.check/<random>/kernel<suffix>`` and return the path.
+    ValueError naming ``name`` (the user's file) when it is too big, empty, binary or not UTF-8."""
     if len(data) > MAX_BYTES:
-        raise ValueError(f"the file is {len(data):,} bytes; a kernel source above {MAX_BYTES:,} is refused")
-    folder = Path(runs).resolve() / ".check"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"upload-{secrets.token_hex(6)}{_suffix(backend)}"
+        raise ValueError(f"{name} is {len(data):,} bytes; a kernel source above {MAX_BYTES:,} is refused")
+    if b"\x00" in data:
+        raise ValueError(f"{name} is a binary file, not kernel source code")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{name} is not a UTF-8 text file (a kernel is source code)") from None
+    if not text.strip():
+        raise ValueError(f"{name} is empty: there is no kernel to check")
+    folder = Path(runs).resolve() / ".check" / f"upload-{secrets.token_hex(6)}"
+    folder.mkdir(parents=True)
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", Path(name).name).lstrip(".")[:80]
+    path = folder / (base if base and "." in base else f"kernel{_suffix(backend)}")
     path.write_bytes(data)
     return path
 
 
-def run_check(argv: list[str]) -> dict:
-    """Run the check; ``{"exit": status, "result": dict or None, "report": text, "error": one line}``."""
+def drop_upload(path: Path) -> None:
+    """Remove a saved upload and its folder (the compile cache keeps what is worth keeping)."""
+    shutil.rmtree(Path(path).parent, ignore_errors=True)
+
+
+def run_check(argv: list[str], name: str = "") -> dict:
+    """Run the check; ``{"exit": status, "result": dict or None, "report": text, "error": one line}``.
+    With ``name`` (the user's file name), the upload's internal path and the ``--kernel`` flag in
+    what comes back read as that name."""
     proc = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=TIMEOUT_S,
                           stdin=subprocess.DEVNULL)
+    kernel = argv[argv.index("--kernel") + 1] if "--kernel" in argv else ""
+    stdout, stderr = (_as_name(t, kernel, name) for t in (proc.stdout, proc.stderr))
     result = None
     if proc.returncode in (0, 1):
         try:
-            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            result = json.loads(stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             result = None
-    error = proc.stderr.strip().splitlines()[-1] if proc.returncode == 2 and proc.stderr.strip() else ""
-    return {"exit": proc.returncode, "result": result, "report": proc.stderr if result else "", "error": error}
+    error = stderr.strip().splitlines()[-1] if proc.returncode == 2 and stderr.strip() else ""
+    return {"exit": proc.returncode, "result": result, "report": stderr if result else "", "error": error}
+
+
+def _as_name(text: str, kernel: str, name: str) -> str:
+    """``text`` with the upload's path (and the file name the CLI put in a compiler log) as ``name``."""
+    if not (name and kernel and text):
+        return text
+    for said in (f"kernel file {kernel}", f"--kernel {kernel}", kernel, json.dumps(kernel)[1:-1]):
+        text = text.replace(said, name)
+    return text
+
+
+def placeholders(workload: str, backend: str) -> tuple[str, str]:
+    """Example texts for the Problem and Launch fields in this workload's own terms: its default
+    size settings on ``backend`` and two of its seed kernel's launch keys."""
+    from core.tools.contract import contract
+
+    try:
+        c = contract(workload, backend)
+    except Exception:  # noqa: BLE001 - a hint only: an empty field is still valid
+        return "{}", "{}"
+    sizes = {k: v for k, v in c["problem"].items() if isinstance(v, int) and not isinstance(v, bool)}
+    launch = {k: v for k, v in c["launch"].items() if k != "argtypes" and isinstance(v, (int, bool))}
+    return json.dumps(sizes), json.dumps(dict(list(launch.items())[:2]))
 
 
 def _suffix(backend: str) -> str:

@@ -11,12 +11,13 @@ import streamlit as st
 
 from dashboard import charts, data, ui
 from dashboard.meta import load_meta
+from dashboard.names import md
 from dashboard.settings import LIVE_STATUSES
 
 
 def config_caption(cfg: dict, folder: Path | None = None) -> str:
     """One readable line for a run configuration (never a Python dict repr)."""
-    name = load_meta(folder)["name"] if folder else ""
+    name = md(load_meta(folder)["name"]) if folder else ""  # the user's text, shown as typed (never Markdown)
     return (f"{name + ' · ' if name else ''}{cfg.get('workload', '?')} on {cfg.get('backend', '?')}:"
             f"{cfg.get('device', 0)} · population {cfg.get('population', '?')} · selection "
             f"{cfg.get('selection', '?')} · weights {data.fmt_weights(cfg)} · problem "

@@ -45,6 +45,24 @@ def setup():
     return page
 
 
+def run(page) -> None:
+    """Run ``page`` (from :func:`setup`), with a line saying it is loading shown at once on the first
+    visit of that page in this session: until a page's first element arrives the browser shows the
+    previous page faded, or nothing at all (on 2 loaded cores the Launch page stayed blank for ~3 s).
+    The line is removed when the page has run, however it ends (``st.stop``, a switch, an error).
+    Its slot is there on every run, empty after the first, so the page's elements keep their places."""
+    slot = st.empty()
+    first = st.session_state.get("_page_shown") != page.url_path
+    if first:
+        slot.caption(f":material/hourglass_top: Loading {page.title}…")
+    try:
+        page.run()
+    finally:
+        st.session_state["_page_shown"] = page.url_path
+        if first:
+            slot.empty()
+
+
 def ensure_navigation() -> None:
     """Hand control to ``app.py``'s navigation when Streamlit ran a page file directly.
 

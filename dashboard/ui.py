@@ -8,8 +8,9 @@ import streamlit as st
 
 from dashboard import data
 from dashboard.nav import ensure_navigation  # noqa: F401  (pages call ui.ensure_navigation())
+from dashboard.names import md, run_name
 from dashboard.runs import all_runs, data_signature, resolve, run_label
-from dashboard.settings import runs_dir
+from dashboard.settings import LIVE_STATUSES, refresh_seconds, runs_dir
 from store.reader import RunReader
 
 # Material icons (Streamlit's own font), not emoji: emoji are empty boxes on a minimal Debian.
@@ -34,20 +35,52 @@ def pick_run(label: str = "Run") -> tuple[str, Path] | None:
     if wanted and resolve(runs, wanted, ids) is None:
         st.sidebar.warning("The run in the address is not a run of this runs folder; showing another.")
         wanted = None
-    if wanted and st.session_state.get("_run_from_url") != wanted:
-        st.session_state["_run_from_url"] = wanted
-        st.session_state["run_select"] = wanted
-    if st.session_state.get("run_select") not in ids:
-        current = st.session_state.get("current_run")
-        st.session_state["run_select"] = current if current in ids else ids[0]
-    # The id alone fits the sidebar; the rest goes in a caption under it instead of being cut off.
-    run_id = st.sidebar.selectbox(label, ids, key="run_select")
-    st.sidebar.caption(run_label(by_id[run_id]))
+    if wanted and st.session_state.get("_run_from_url") != wanted:  # a new address (a link, another page): it wins
+        st.session_state["current_run"] = wanted
+    current = st.session_state.get("current_run")
+    # The picker's state is set from ``current_run`` on every run: a page switch gives the picker a new
+    # widget identity, and its old state would otherwise be dropped for the newest run (Monitor's
+    # "Open the diff in Genomes" opened the newest run). A pick in the picker updates current_run first.
+    st.session_state["run_select"] = current if current in ids else ids[0]
+    names = {r["run_id"]: run_name(r.get("path")) for r in rows}
+    run_id = st.sidebar.selectbox(label, ids, key="run_select", on_change=_picked,
+                                  format_func=lambda rid: f"{names[rid]} · {rid}" if names.get(rid) else rid)
+    live = by_id[run_id].get("status") in LIVE_STATUSES
+    with st.sidebar:  # refreshed on its own while the run is live: Monitor reruns only its body
+        st.fragment(run_caption, run_every=refresh_seconds() if live else None)(by_id[run_id])
     st.session_state["current_run"] = run_id
     if st.query_params.get("run") != run_id:
         st.query_params["run"] = run_id
     st.session_state["_run_from_url"] = run_id
     return run_id, resolve(runs, run_id, ids)  # type: ignore[return-value]
+
+
+def _picked() -> None:
+    """The run picker's callback: the run picked becomes the current run (before the page runs)."""
+    st.session_state["current_run"] = st.session_state.get("run_select")
+
+
+def run_caption(row: dict) -> None:
+    """The sidebar's line under the run picker (:func:`dashboard.runs.run_label`), with the status and
+    generations read again from the run's heartbeat: a tab that launched a run does not keep saying
+    "starting · 0 of 6" once the run is paused at 3 of 6."""
+    st.caption(md(row["run_id"]) + "  \n" + md(run_label(fresh_row(row))))
+
+
+def fresh_row(row: dict) -> dict:
+    """``row`` (from :func:`dashboard.runs.all_runs`) with status, generation and total generations
+    as the run's heartbeat says now."""
+    from store.runs import HEARTBEAT, effective_status, read_json
+
+    folder = row.get("path")
+    if not folder:
+        return row
+    hb = read_json(Path(folder) / HEARTBEAT)
+    hb = hb if isinstance(hb, dict) else None
+    if hb is None:
+        return row
+    return {**row, "status": effective_status(folder, hb), "generation": hb.get("generation"),
+            "total_generations": hb.get("total_generations", row.get("total_generations"))}
 
 
 def run_page(title: str, heading: bool = True) -> tuple[str, Path]:

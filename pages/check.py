@@ -25,8 +25,9 @@ with st.expander("The entry contract (what the kernel must look like)"):
     st.markdown(contract_text(workload, backend))
 upload = st.file_uploader("Kernel source", type=["c", "cu", "cuh", "py", "txt"], key="check_file")
 p1, p2 = st.columns(2)
-problem = p1.text_input("Problem (JSON, optional)", key="check_problem", placeholder='{"m": 256, "n": 256, "k": 256}')
-launch = p2.text_input("Launch keys (JSON, optional)", key="check_launch", placeholder='{"threads": 256}')
+hint_problem, hint_launch = K.placeholders(workload, backend)  # this workload's own settings, not GEMM's
+problem = p1.text_input("Problem (JSON, optional)", key="check_problem", placeholder=hint_problem)
+launch = p2.text_input("Launch keys (JSON, optional)", key="check_launch", placeholder=hint_launch)
 # -- isolation (issue 35; core/evaluation/isolation.py): said plainly before an upload runs --
 from core.evaluation import isolation  # noqa: E402
 
@@ -37,16 +38,17 @@ isolate = st.toggle("Isolate the kernel (Linux namespaces)", value=isolation.mod
 # -- end isolation --
 if st.button("Check", type="primary", icon=":material/fact_check:", key="check_run", disabled=upload is None):
     try:
-        path = K.save_upload(runs_dir(), backend, upload.getvalue())
-    except ValueError as exc:
-        st.error(str(exc))
-        st.stop()
-    try:
-        with st.spinner("Compiling, verifying on every shape, timing against the baselines…"):
-            st.session_state["check_outcome"] = K.run_check(K.check_argv(runs_dir(), path, workload, backend,
-                                                                         problem, launch, device, isolate))
-    finally:
-        path.unlink(missing_ok=True)  # the compile cache keeps what is worth keeping
+        path = K.save_upload(runs_dir(), backend, upload.getvalue(), upload.name)
+    except (ValueError, OSError) as exc:
+        st.session_state["check_outcome"] = {"exit": 2, "result": None, "report": "", "error": str(exc)}
+    else:
+        try:
+            with st.spinner("Compiling, verifying on every shape, timing against the baselines…"):
+                st.session_state["check_outcome"] = K.run_check(K.check_argv(runs_dir(), path, workload, backend,
+                                                                             problem, launch, device, isolate),
+                                                                upload.name)
+        finally:
+            K.drop_upload(path)  # the compile cache keeps what is worth keeping
 outcome = st.session_state.get("check_outcome")
 if outcome:
     r = outcome["result"]
@@ -57,6 +59,12 @@ if outcome:
         st.success(f"Verdict: **ok** on {r['device']}", icon=":material/check_circle:")
     else:
         st.error(f"Verdict: **{r['status']}** — {r['cause']}", icon=":material/cancel:")
+    if not r.get("baselines"):  # rejected by the static check or the compile: nothing ran, nothing to tabulate
+        log = (r.get("evaluation") or {}).get("compile_log")
+        st.caption("Rejected before verification: no baseline was timed.")
+        if log:
+            st.code(log, language="text")
+        st.stop()
     m = st.columns(4)
     m[0].metric("Median time", data.fmt_time_us(r.get("time_us")))
     primary = (r.get("baselines") or {}).get(r.get("primary") or "", {})

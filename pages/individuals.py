@@ -35,8 +35,11 @@ fit_min = f3.number_input("Fitness at least", value=None, step=0.05, key="ind_fi
 prefix = f4.text_input("Genome hash starts with", key="ind_hash", max_chars=32)
 gene_filters = {}
 picked = st.multiselect("Filter on genes", table.genes, key="ind_gene_pick", format_func=lambda g: g[5:])
-for col, gene in zip(st.columns(max(1, len(picked))), picked):
-    gene_filters[gene] = col.multiselect(gene[5:], table.distinct(gene), key=f"ind_gene_{gene}")
+FILTERS_PER_ROW = 4  # more columns squash a filter's label letter by letter
+for i, gene in enumerate(picked):
+    if i % FILTERS_PER_ROW == 0:
+        row_cols = st.columns(FILTERS_PER_ROW)
+    gene_filters[gene] = row_cols[i % FILTERS_PER_ROW].multiselect(gene[5:], table.distinct(gene), key=f"ind_gene_{gene}")
 filters = IX.filters(status, span, fit_min, prefix, gene_filters)
 s1, s2, s3, s4, s5 = st.columns([2, 1, 1, 1, 1])
 sort = s1.selectbox("Sort by", table.columns, index=table.columns.index("fitness"), key="ind_sort")
@@ -54,6 +57,7 @@ view = (repr(filters), sort, descending, size)
 if st.session_state.get("_ind_view") != view:  # a new filter or order starts on its first page
     st.session_state["_ind_view"] = view
     st.session_state["ind_page"] = 1
+    st.session_state.pop("ind_table", None)  # a selected row of the old view means nothing in the new one
 st.session_state["ind_page"] = min(max(1, int(st.session_state.get("ind_page") or 1)), pages)
 p1, p2 = st.columns([1, 5], vertical_alignment="bottom")
 page = int(p1.number_input("Page", min_value=1, max_value=pages, step=1, key="ind_page"))
@@ -67,6 +71,7 @@ event = st.dataframe(rows, hide_index=True, width="stretch", height=min(420, 38 
                      key="ind_table", on_select="rerun", selection_mode="single-row",
                      column_config={c: st.column_config.TextColumn(c[5:]) for c in table.genes})
 selected = event.selection.rows if event and hasattr(event, "selection") else []
+selected = [i for i in selected if 0 <= i < len(rows)]  # a row index of a longer page (another filter, page)
 if selected:
     row = rows.iloc[selected[0]]
     champ = champion(str(folder), table.rows)
@@ -91,10 +96,11 @@ st.caption("scikit-learn: a random forest fitted to the genes of the individuals
 if st.toggle("Compute gene importance", value=True, key="ind_importance",
              help="Fits a forest on up to 3,000 distinct genomes: under a second."):
     imp, par, fitted = IX.importance_of(str(folder), created, table.rows, filters)
-    left, right = st.columns([2, 3])
-    plotly_basic.chart(left, charts.importance(imp), "chart_importance")
+    # One above the other, each the page's full width: side by side at 1280 px the importance title was
+    # cut off and the parallel plot's axes too close for their value labels.
+    plotly_basic.chart(st, charts.importance(imp), "chart_importance")
     top = list(imp["gene"][:8]) if not imp.empty else table.genes[:8]
-    plotly_basic.chart(right, charts.parallel(par, top), "chart_parallel")
-    right.caption(I.parallel_caption(par, fitted) + " Each line is one genome, coloured by fitness (in "
+    plotly_basic.chart(st, charts.parallel(par, top), "chart_parallel")
+    st.caption(I.parallel_caption(par, fitted) + " Each line is one genome, coloured by fitness (in "
                   f"{charts.PARALLEL_BANDS} bands; the fittest on top); hover a dot on the fitness axis for its "
                   "genes. The plot follows the filter above: narrow it there to isolate genes or values.")

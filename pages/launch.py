@@ -45,24 +45,39 @@ except Exception:  # a workload without this backend: validation says so on subm
 
 
 def number(container, name: str, label: str | None = None):
-    """A number input for a RunConfig field; bounds are checked by RunConfig, not the widget."""
+    """A number input for a RunConfig field; bounds are checked by RunConfig, not the widget.
+
+    The widget may be empty (``value=None``; its state starts at the default): text that is not a
+    number leaves it empty rather than silently back at the default, and an empty field blocks Start
+    and says so (see ``empty`` below)."""
     spec = L.field_spec(name)
     bounds = " · ".join(x for x in (f"min {spec['min']}" if spec["min"] is not None else "",
                                     f"max {spec['max']}" if spec["max"] is not None else "") if x)
     help_text = spec["help"] + (f" ({bounds})" if bounds else "")
+    key, shown = f"launch_{name}", label or spec["label"]
     if spec["kind"] == "int":
-        return container.number_input(label or spec["label"], value=spec["default"], step=1, help=help_text,
-                                      key=f"launch_{name}")
-    return container.number_input(label or spec["label"], value=float(spec["default"]), step=0.05, format="%.3f",
-                                  help=help_text, key=f"launch_{name}")
+        st.session_state.setdefault(key, spec["default"])
+        value = container.number_input(shown, value=None, step=1, help=help_text, key=key, placeholder="a whole number")
+    else:
+        st.session_state.setdefault(key, float(spec["default"]))
+        value = container.number_input(shown, value=None, step=0.05, format="%.3f", help=help_text, key=key,
+                                       placeholder="a number")
+    if value is None:
+        empty.append(shown)
+    return value
 
 
 def weight(container, spec: dict) -> float:
-    """The number input of one objective's fitness weight."""
-    return container.number_input(spec["label"], value=spec["default"], step=0.05, format="%.3f",
-                                  help=spec["help"] + " (min 0)", key=spec["key"])
+    """The number input of one objective's fitness weight (may be empty, like :func:`number`)."""
+    st.session_state.setdefault(spec["key"], spec["default"])
+    value = container.number_input(spec["label"], value=None, step=0.05, format="%.3f",
+                                   help=spec["help"] + " (min 0)", key=spec["key"], placeholder="a number")
+    if value is None:
+        empty.append(spec["label"])
+    return value
 
 
+empty: list[str] = []  # labels of number fields left empty or holding text that is not a number
 same_backend = [d for d in devices if d["backend"] == device["backend"]]
 if len(same_backend) > 1:  # several GPUs of this backend: spread the evaluations over some or all of them
     spread = right.multiselect("Evaluate on", same_backend, default=[device], key="launch_devices",
@@ -105,9 +120,12 @@ with st.container(border=True):
         earlier = L.start_from_choices(runs, workload_name, device["backend"])
         values["start_from"] = ",".join(st.multiselect("Start from runs (warm start)", earlier, key="launch_start_from",
                                                        help=FIELDS_HELP["start_from"]))
-    submitted = st.button("Start run", type="primary", key="launch_start")
+    if empty:
+        st.error(f"Cannot start: {', '.join(empty)} must be a number (the field is empty or its text is not a number).",
+                 icon=":material/warning:")
+    submitted = st.button("Start run", type="primary", key="launch_start", disabled=bool(empty))
 
-if submitted:
+if submitted and not empty:
     try:
         cfg = L.build_config(values)
     except ConfigError as exc:

@@ -5,6 +5,7 @@ import streamlit as st
 
 from dashboard import data, live, plotly_basic, ui
 from dashboard import launch as L
+from dashboard.names import md, run_name
 from dashboard.settings import LIVE_STATUSES, refresh_seconds, runs_dir
 from store.control import read_control, write_control
 from store.reader import RunReader
@@ -20,8 +21,9 @@ try:
 except StoreError as exc:
     st.error(str(exc))
     st.stop()
-st.title(run_id)
-st.caption(live.config_caption(cfg, folder))
+name = run_name(folder)
+st.title(md(name) if name else run_id)
+st.caption((f"{md(run_id)} · " if name else "") + live.config_caption(cfg))
 
 
 def is_live(status: str) -> bool:
@@ -66,11 +68,11 @@ def dead_run(status: str) -> None:
         st.info("This run was stopped. It can be resumed from its last committed generation.",
                 icon=":material/stop_circle:")
     with st.expander("Last lines of worker.log", expanded=status != "stopped"):
-        st.code("\n".join(lines) or "(empty log)", language="text")
+        st.code("\n".join(lines) or "(empty log)", language="text", wrap_lines=True)
         errors = L.stderr_tail(runs_dir(), run_id)
         if errors:
             st.markdown("The worker's stderr:")
-            st.code("\n".join(errors), language="text")
+            st.code("\n".join(errors), language="text", wrap_lines=True)
     if st.button("Resume run", icon=":material/replay:", type="primary", key="resume_run"):
         reason = L.busy_reason(runs_dir(), str(cfg.get("backend")), int(cfg.get("device", 0)))
         if reason:
@@ -123,13 +125,13 @@ def body() -> None:
     st.progress(prog["fraction"], text=prog["label"] + (f" · {phase}" if phase else ""))
     if status in LIVE_STATUSES:
         controls(status)
-    elif L.launched(run_id) and L.launched(run_id).alive():
+    elif hb is None and L.launched(run_id) and L.launched(run_id).alive():  # once it has written one, never again
         st.info("Worker started: waiting for its first heartbeat…", icon=":material/hourglass_top:")
     elif status in ("dead", "failed", "stopped"):
         dead_run(status)
     if status in LIVE_STATUSES:
         with st.expander("Live log (last 15 lines of worker.log)", expanded=False):
-            st.code("\n".join(reader.log_tail(15)) or "(empty log)", language="text")
+            st.code("\n".join(reader.log_tail(15)) or "(empty log)", language="text", wrap_lines=True)
     if not gens.empty:
         last = gens.iloc[-1]
         st.caption(f"Champion `{last.get('champion_hash', '?')}` · best time so far "

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dashboard import archive as A
 from dashboard import charts, data, manage, plotly_basic, ui
 from dashboard import launch as L
 from dashboard.launch import relaunch_state
 from dashboard.meta import load_meta, save_meta
+from dashboard.names import md, titled
 from dashboard.runs import all_runs, load_json, resolve
 from dashboard.settings import runs_dir
 
@@ -15,8 +17,35 @@ ui.ensure_navigation()
 st.title("Runs")
 runs = runs_dir()
 rows = all_runs(runs)
+flash = st.session_state.pop("runs_flash", None)  # what the last archive / restore did, said once
+if flash:
+    st.success(flash, icon=":material/inventory_2:")
+
+
+def archived_runs() -> None:
+    """The archived runs (``<runs>/.archive``), each with a button that moves it back."""
+    shelved = A.archived(runs)
+    with st.expander(f"Archived runs ({len(shelved)})", expanded=False):
+        if not shelved:
+            st.caption("None. Archiving a run (below, under a run) moves it to `.archive/` in the runs folder: "
+                       "out of every list, its files kept.")
+        for r in shelved:
+            c1, c2 = st.columns([4, 1], vertical_alignment="center")
+            c1.markdown(f"{md(titled(r['run_id'], runs / '.archive' / r['run_id']))} · "
+                        f"{md(r.get('workload') or '?')}/{md(r.get('backend') or '?')}")
+            if c2.button("Restore", icon=":material/unarchive:", key=f"restore_{r['run_id']}"):
+                try:
+                    A.restore(runs, r["run_id"])
+                except (ValueError, OSError) as exc:
+                    st.error(str(exc))
+                else:
+                    st.session_state["runs_flash"] = f"Run {r['run_id']} restored from the archive."
+                    st.rerun()
+
+
 if not rows:
     ui.no_runs_message()
+    archived_runs()
     st.stop()
 df = manage.table(rows)
 f1, f2 = st.columns(2)
@@ -39,9 +68,11 @@ st.dataframe(shown, hide_index=True, width="stretch", key="runs_table", column_c
     "updated_at": st.column_config.DatetimeColumn("updated (UTC)", format="YYYY-MM-DD HH:mm:ss"),
 })
 ids = list(shown["run_id"]) or [r["run_id"] for r in rows]
+titles = {r["run_id"]: titled(r["run_id"], r.get("path")) for r in rows}  # a name beside its id
+archived_runs()
 
 st.subheader("One run")
-run_id = st.selectbox("Run", ids, key="runs_pick")
+run_id = st.selectbox("Run", ids, key="runs_pick", format_func=titles.get)
 folder = resolve(runs, run_id, [r["run_id"] for r in rows])
 a1, a2, a3, a4 = st.columns(4)
 for col, (page, label, icon) in zip((a1, a2, a3), (("monitor", "Monitor", ":material/monitoring:"),
@@ -70,6 +101,8 @@ with st.expander("Archive or delete"):
     if b1.button("Archive (move to .archive/)", key="archive_run", disabled=bool(reason) or not sure):
         manage.archive(runs, run_id)
         st.session_state.pop("runs_pick", None)
+        st.session_state["runs_flash"] = (f"Run {md(titles[run_id])} archived: moved to `.archive/`. "
+                                          "Restore it under “Archived runs”.")
         st.rerun()
     if b2.button("Delete for good", key="delete_run", type="primary", disabled=bool(reason) or not sure):
         manage.delete(runs, run_id)
@@ -77,7 +110,8 @@ with st.expander("Archive or delete"):
         st.rerun()
 
 st.subheader("Compare runs")
-chosen = st.multiselect("Runs to compare", ids, default=ids[:min(3, len(ids))], key="compare_runs")
+chosen = st.multiselect("Runs to compare", ids, default=ids[:min(3, len(ids))], key="compare_runs",
+                        format_func=titles.get)
 curves = {}
 for rid in chosen:
     path = resolve(runs, rid, ids)
@@ -86,7 +120,7 @@ for rid in chosen:
     gens = ui.generations(str(path), ui.signature(path))
     if not gens.empty:
         curves[rid] = data.fitness_curves(gens)
-plotly_basic.chart(st, charts.compare_runs(curves), "compare_chart")
+plotly_basic.chart(st, charts.compare_runs(curves, titles), "compare_chart")
 st.caption("Fitness is a weighted sum of ratios against each run's own baseline (baseline time / time, baseline "
            "memory / memory, stability), so a curve says how far a run got past **its** baseline. Runs whose "
            "baselines differ (another device, problem size or weights) are not comparable by height.")

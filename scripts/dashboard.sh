@@ -27,7 +27,17 @@ if ! has_openmp_cc; then
     exit 1
   fi
 fi
-"$PY" -m pip install -q --disable-pip-version-check -r requirements.txt
+# Without an NVIDIA GPU the GPU wheels (torch, triton, cupy: ~1.6 GB) would never be used: the CPU list.
+# ABEBOT_REQUIREMENTS=requirements.txt installs everything anyway.
+if [ -z "${ABEBOT_REQUIREMENTS:-}" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    ABEBOT_REQUIREMENTS=requirements.txt
+  else
+    ABEBOT_REQUIREMENTS=requirements-cpu.txt
+    echo "dashboard.sh: no NVIDIA GPU found: installing the CPU-only requirements ($ABEBOT_REQUIREMENTS)" >&2
+  fi
+fi
+"$PY" -m pip install -q --disable-pip-version-check -r "$ABEBOT_REQUIREMENTS"
 # AbeBot itself (pyproject.toml): `core`, `store`, `dashboard` importable from anywhere, and `abebot`
 "$PY" -m pip install -q --disable-pip-version-check --no-deps -e .
 bash scripts/front_end.sh  # plotly.js's basic bundle for the charts, where npm is installed

@@ -1158,3 +1158,82 @@ def test_dashboard_serve_starts_streamlit_and_warms_up_at_start(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def test_individuals_survive_a_filter_that_leaves_fewer_rows_than_the_selected_one(populated):
+    at = app("individuals")
+    tenth = {"selection": {"rows": [10], "columns": [], "cells": []}}
+    at.session_state["ind_table"] = tenth
+    at.run()
+    assert not at.exception and any(s.value.startswith("Kernel of ") for s in at.subheader)
+    prefix = at.dataframe(key="ind_table").value["genome_hash"].iloc[0][:4]
+    for value in (prefix, "zzzz"):  # a few rows, then a prefix that matches nothing
+        at.session_state["ind_table"] = tenth
+        at.text_input(key="ind_hash").set_value(value).run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert len(at.dataframe(key="ind_table").value) < 10
+        at.session_state["ind_table"] = tenth  # the same filter again, the stale selection still there
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert not any(s.value.startswith("Kernel of ") for s in at.subheader)
+    assert "0 of 48 individuals match" in texts(at)
+
+
+@pytest.mark.parametrize("content, why", [(b"", "mine.c is empty"), (b"\x7fELF\x02\x00\x00", "mine.c is a binary file"),
+                                          (b"void abebot_gemm( {\n", "compile_error")])
+def test_check_page_names_the_users_file_for_an_odd_upload(runs, content, why):
+    at = app("check")
+    at.file_uploader(key="check_file").upload("mine.c", content, "text/x-c").run()
+    at.text_input(key="check_problem").input('{"m": 64, "n": 64, "k": 64}').run()
+    at.button(key="check_run").click().run(timeout=120)
+    shown = "\n".join(e.value for e in at.error) + "\n".join(c.value for c in at.code)
+    assert why in shown, shown
+    assert "--kernel" not in shown and ".check" not in shown and "upload-" not in shown and ".cache" not in shown, shown
+    if why == "compile_error":
+        assert "mine.c:1:" in shown and not at.dataframe  # no baselines were timed, no empty tables
+    assert not (runs / ".check").exists() or not list((runs / ".check").iterdir())  # nothing left behind
+
+
+def test_check_page_placeholders_follow_the_chosen_workload(runs):
+    at = app("check")
+    assert '"m"' in at.text_input(key="check_problem").placeholder
+    at.selectbox(key="check_workload").set_value("rmsnorm").run()
+    hint = json.loads(at.text_input(key="check_problem").placeholder)
+    assert set(hint) == {"rows", "cols"}
+    assert "argtypes" not in at.text_input(key="check_launch").placeholder
+
+
+def test_a_population_that_is_not_a_number_blocks_start_and_says_why(runs):
+    at = app()
+    assert not at.button(key="launch_start").disabled
+    at.number_input(key="launch_population").set_value(None).run()  # what "abc" leaves in a number field
+    assert at.button(key="launch_start").disabled
+    assert any("Population must be a number" in e.value for e in at.error), [e.value for e in at.error]
+    assert not run_folders(runs)
+    at.number_input(key="launch_population").set_value(6).run()
+    assert not at.button(key="launch_start").disabled and not at.error
+
+
+def test_a_finished_run_launched_here_no_longer_waits_for_a_heartbeat(populated, monkeypatch):
+    runs, run_id = populated
+    lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # the worker, still exiting
+    try:
+        monkeypatch.setitem(L._launched, run_id, L.Launched(run_id, "c", 0, lingering, 0.0))
+        at = app("monitor", {"run": run_id})
+        assert "finished" in metric(at, "Status")
+        assert not any("waiting for its first heartbeat" in i.value for i in at.info)
+    finally:
+        lingering.kill()
+        lingering.wait()
+
+
+def test_the_sidebar_caption_reads_the_runs_heartbeat_not_the_page_load(runs, live_run):
+    from dashboard import ui
+    from dashboard.runs import all_runs, run_label
+
+    row = next(r for r in all_runs(runs) if r["run_id"] == live_run)
+    stale = {**row, "status": "starting", "generation": None}  # what the tab saw when it launched the run
+    hb = read_json(runs / live_run / "heartbeat.json")
+    atomic_write_json(runs / live_run / "heartbeat.json", {**hb, "status": "paused", "generation": 1})
+    label = run_label(ui.fresh_row(stale))
+    assert "paused" in label and "2 of 3 generations done" in label, label

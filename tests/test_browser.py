@@ -280,6 +280,104 @@ def guarded_server(tmp_path):
         log.close()
 
 
+# ---- the walk-through's pages on synthetic runs: charts at two widths, navigation, stale state ------
+
+SHOTS = os.environ.get("ABEBOT_SHOTS")  # a folder to keep the screenshots in (else the test's tmp folder)
+
+# Every Plotly chart of the page: its title, legend and axis titles as boxes, each axis' range and
+# title, and the value labels of the parallel-coordinates plot, for the checks in chart_problems().
+CHARTS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(g => g._fullLayout).map(g => {
+  const box = e => { if (!e) return null; const r = e.getBoundingClientRect();
+                     return r.width > 0 ? {l: r.left, r: r.right, t: r.top, b: r.bottom, text: e.textContent} : null };
+  const L = g._fullLayout, axes = {};
+  for (const k of Object.keys(L)) if (/^[xy]axis\\d*$/.test(k) && L[k].visible !== false)
+    axes[k] = {range: L[k].range, type: L[k].type, title: (L[k].title || {}).text || ''};
+  return {title: (L.title || {}).text || '', plot: box(g), gtitle: box(g.querySelector('.gtitle')),
+          legend: box(g.querySelector('.legend .bg')) || box(g.querySelector('.legend')),
+          axistitles: [...g.querySelectorAll('.xtitle, .ytitle, .y2title')].map(box).filter(Boolean),
+          xticks: [...g.querySelectorAll('.xtick text')].map(box).filter(Boolean),
+          values: [...g.querySelectorAll('.textpoint text')].map(box).filter(Boolean), axes};
+})"""
+
+
+def _overlap(a: dict, b: dict, slack: float = 1.0) -> bool:
+    return a["l"] < b["r"] - slack and b["l"] < a["r"] - slack and a["t"] < b["b"] - slack and b["t"] < a["b"] - slack
+
+
+def chart_problems(charts: list[dict]) -> list[str]:
+    """What reads badly in the charts of one page: a title cut off, a legend on an axis title, a time
+    axis below zero, overlapping axis names or stacked value labels."""
+    out = []
+    for c in charts:
+        name, plot, title = c["title"][:40], c["plot"], c["gtitle"]
+        if title and (title["l"] < plot["l"] - 1 or title["r"] > plot["r"] + 1 or title["t"] < plot["t"] - 1):
+            out.append(f"{name}: title cut off ({title}, chart {plot})")
+        for t in c["axistitles"]:
+            if c["legend"] and _overlap(c["legend"], t):
+                out.append(f"{name}: legend over the axis title {t['text']!r}")
+        for key, axis in c["axes"].items():
+            if "time" in axis["title"] and "wall" not in axis["title"] and axis["type"] == "linear" \
+                    and axis["range"] and axis["range"][0] < 0:
+                out.append(f"{name}: {key} ({axis['title']}) starts at {axis['range'][0]:.3g}, below zero")
+        for group in ("xticks", "values"):
+            boxes = c[group]
+            for i, a in enumerate(boxes):
+                for b in boxes[i + 1:]:
+                    if _overlap(a, b):
+                        out.append(f"{name}: {group} {a['text']!r} and {b['text']!r} overlap")
+    return out
+
+
+def _wide_bench(runs: Path, run_id: str) -> None:
+    """A re-measurement of the run's champion whose spreads are wider than its times (a loaded
+    machine): the Benchmark page's error bars would reach below zero."""
+    from store.reader import RunReader
+
+    champ = RunReader(runs / run_id).champion()
+    base = RunReader(runs / run_id).baseline()
+    (runs / run_id / "bench.json").write_text(json.dumps({
+        **{k: base[k] for k in ("device", "shape", "flops", "io_bytes", "roofline_us")},
+        "genome_hash": champ["genome_hash"], "measured_at": time.time(), "rounds": 3, "primary": "numpy",
+        "champion": {"time_us": 60.0, "spread_us": 5000.0, "memory_bytes": 49152, "rounds_us": [60.0, 61.0, 59.0]},
+        "baselines": {"numpy": {"time_us": 100.0, "spread_us": 3000.0, "memory_bytes": 49152,
+                                "rounds_us": [100.0, 101.0, 99.0]}}}))
+
+
+@pytest.fixture(scope="module")
+def synthetic_server(tmp_path_factory):
+    """The dashboard over two finished synthetic runs (the older one named, re-measured on a loaded
+    machine) and one live run with a long log line."""
+    from dashboard.meta import save_meta
+    from dashboard.synthetic import build_run
+
+    tmp = tmp_path_factory.mktemp("walk")
+    runs = tmp / "runs"
+    runs.mkdir()
+    older = build_run(runs, generations=8, population=10, seed=3, run_id="a-older-run")
+    save_meta(runs / older, "tile sweep with a long name that wraps", "")
+    _wide_bench(runs, older)
+    newer = build_run(runs, generations=4, population=8, seed=5, run_id="b-newer-run")
+    live = build_run(runs, generations=6, population=6, seed=7, status="running", run_id="c-live-run")
+    with open(runs / live / "worker.log", "a") as log:
+        log.write("gen 3 (4/6 done) " + "a-long-worker-log-line-" * 12 + "THE-END\n")
+    port = free_port()
+    env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs), ABEBOT_REFRESH_S="1")
+    log = open(tmp / "streamlit.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "dashboard.serve", "--server.port", str(port),
+                             "--server.headless", "true", "--server.address", "127.0.0.1",
+                             "--browser.gatherUsageStats", "false"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield {"url": url, "runs": runs, "older": older, "newer": newer, "live": live, "shots": Path(SHOTS or tmp)}
+    finally:
+        kill_group(proc.pid)
+        proc.wait(timeout=10)
+        log.close()
+
+
 @pytest.fixture
 def attacker_site(tmp_path):
     """A page on another port of this machine that opens a WebSocket to the dashboard; its port."""
@@ -338,3 +436,162 @@ def test_a_rebound_host_name_gets_no_dashboard_and_the_token_url_opens_it(guarde
             assert attacker.evaluate("window.verdict") == "refused"
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def wait_charts(page, count: int, timeout_s: float = 60) -> list[dict]:
+    """The charts of the page once ``count`` of them are drawn (and have stopped changing)."""
+    wait_for(lambda: len(page.evaluate(CHARTS_JS)) >= count, timeout_s, f"{count} charts drawn")
+    time.sleep(1.0)
+    return page.evaluate(CHARTS_JS)
+
+
+CHART_PAGES = [("monitor", "a-older-run", 5), ("individuals", "a-older-run", 2), ("benchmark", "a-older-run", 2),
+               ("runs", "a-older-run", 1)]
+
+
+def shoot_charts(page, folder: Path, stem: str) -> None:
+    """One screenshot per chart of the page (Streamlit scrolls its own container: a page screenshot
+    would hold only the first screen)."""
+    for i in range(page.locator(".js-plotly-plot").count()):
+        chart = page.locator(".js-plotly-plot").nth(i)
+        chart.scroll_into_view_if_needed()
+        chart.screenshot(path=str(folder / f"{stem}-{i}.png"))
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_every_chart_reads_well_at_1280_and_1920_px(synthetic_server, browser, width):
+    s = synthetic_server
+    page = browser.new_page(viewport={"width": width, "height": 1100})
+    page.set_default_timeout(30_000)
+    problems = []
+    try:
+        for name, run, count in CHART_PAGES:
+            page.goto(f"{s['url']}/{name}?run={run}")
+            charts = wait_charts(page, count)
+            shoot_charts(page, s["shots"], f"{name}-{width}")
+            problems += [f"{name} @ {width}px: {p}" for p in chart_problems(charts)]
+            if name == "monitor":  # wall-clock mode: other axis titles, the same legends
+                page.get_by_text("Wall-clock time on the x-axis").click()
+                wait_for(lambda: any("wall-clock" in a["title"] for c in page.evaluate(CHARTS_JS)
+                                     for a in c["axes"].values()), 30, "wall-clock axes")
+                charts = wait_charts(page, count)
+                shoot_charts(page, s["shots"], f"{name}-wall-{width}")
+                problems += [f"{name} (wall clock) @ {width}px: {p}" for p in chart_problems(charts)]
+                page.get_by_text("Wall-clock time on the x-axis").click()
+                # The sidebar: the run's full id and name under the picker, never cut off.
+                caption = page.locator('[data-testid="stSidebar"] [data-testid="stCaptionContainer"]').last.inner_text()
+                assert run in caption and "tile sweep with a long name that wraps" in caption, caption
+                problems += [f"sidebar @ {width}px: cut off: {t!r}" for t in
+                             truncated(page, '[data-testid="stSidebar"] [data-testid="stCaptionContainer"]')]
+            if name == "individuals":  # gene filters: labels never squashed letter by letter
+                pick = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Filter on genes")
+                pick.scroll_into_view_if_needed()
+                for _ in range(6):
+                    page.wait_for_timeout(800)  # each pick reruns the page
+                    pick.locator('input').click()
+                    page.locator('[role="option"]').first.click(timeout=10_000)
+                    page.keyboard.press("Escape")
+                wait_for(lambda: page.locator('[data-testid="stMultiSelect"]').count() >= 8, 30, "six gene filters")
+                labels = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMultiSelect"] label')]
+                    .map(l => ({text: l.innerText, h: l.getBoundingClientRect().height}))""")
+                problems += [f"individuals @ {width}px: gene filter label {lb['text']!r} squashed ({lb['h']:.0f} px tall)"
+                             for lb in labels if lb["text"] and lb["h"] > 30]
+                page.locator('[data-testid="stMain"]').screenshot(path=str(s["shots"] / f"{name}-filters-{width}.png"))
+        # The live log: long lines wrap instead of being cut off.
+        page.goto(f"{s['url']}/monitor?run={s['live']}")
+        page.get_by_text("Live log").click()
+        page.get_by_text("THE-END").wait_for()
+        problems += [f"live log @ {width}px: cut off: {t[:60]!r}…" for t in truncated(page, '[data-testid="stCode"] code')]
+    finally:
+        page.close()
+    assert not problems, "\n".join(problems)
+
+
+def sidebar_run(page) -> str:
+    return page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] input').input_value()
+
+
+@pytest.mark.parametrize("how", ["address", "picker"])
+def test_monitor_opens_the_diff_of_the_run_being_viewed(synthetic_server, browser, how):
+    """Monitor's "Open the diff in Genomes" opens that run, not the newest, whether the run came from
+    the address or from the sidebar's picker."""
+    s = synthetic_server
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(30_000)
+    try:
+        if how == "address":
+            page.goto(f"{s['url']}/monitor?run={s['newer']}")
+        else:
+            page.goto(f"{s['url']}/monitor?run={s['live']}")
+            page.get_by_text("Champion changes").wait_for()
+            page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] input').click()
+            page.get_by_role("option", name=s["newer"]).click()
+            page.wait_for_url(re.compile(rf".*/monitor\?run={s['newer']}"))
+        wait_for(lambda: sidebar_run(page) == s["newer"], 30, "the run on Monitor")
+        page.get_by_role("button", name="Open the diff in Genomes").click()
+        page.wait_for_url(re.compile(r".*/genomes\?.*"))
+        page.get_by_text("Lineage of the champion").wait_for()
+        assert f"run={s['newer']}" in page.url
+        assert sidebar_run(page) == s["newer"], page.url
+    finally:
+        page.close()
+
+
+def test_the_sidebar_follows_a_live_run_and_population_text_blocks_start(synthetic_server, browser):
+    """The sidebar's caption is refreshed with the run (paused at 4 of 6, not what the page first
+    saw); on Launch, a Population that is not a number blocks Start and says why."""
+    from store.runs import atomic_write_json, read_json
+
+    s = synthetic_server
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(30_000)
+    hb_path = s["runs"] / s["live"] / "heartbeat.json"
+    hb = read_json(hb_path)
+    try:
+        atomic_write_json(hb_path, {**hb, "status": "running", "generation": 1})
+        page.goto(f"{s['url']}/monitor?run={s['live']}")
+        caption = page.locator('[data-testid="stSidebar"] [data-testid="stCaptionContainer"]').last
+        wait_for(lambda: "running · 2 of 6" in caption.inner_text(), 30, "the caption of a running run")
+        atomic_write_json(hb_path, {**hb, "status": "paused", "generation": 3})
+        wait_for(lambda: "paused · 4 of 6" in caption.inner_text(), 30, "the caption of the paused run")
+
+        page.goto(f"{s['url']}/launch")
+        population = page.get_by_role("spinbutton", name="Population")
+        population.click()
+        population.press("Control+a")
+        page.keyboard.type("abc")  # the browser's number field takes no letters: it is left empty
+        population.press("Tab")
+        page.get_by_text("Population must be a number").wait_for()
+        assert page.get_by_role("button", name="Start run").is_disabled()
+    finally:
+        atomic_write_json(hb_path, hb)
+        page.close()
+
+
+def test_a_page_says_it_is_loading_at_once(synthetic_server, browser):
+    """A page's first visit shows "Loading <page>…" until it has run (Individuals fits a forest), and
+    the line is gone after."""
+    s = synthetic_server
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{s['url']}/runs")
+        page.get_by_text("Compare runs").wait_for()
+        page.get_by_role("link", name="Individuals").click()
+        page.get_by_text("Loading Individuals…").wait_for(timeout=10_000)
+        page.get_by_text("Which genes matter").wait_for()
+        page.get_by_text("Loading Individuals…").wait_for(state="detached")
+    finally:
+        page.close()

@@ -376,3 +376,56 @@ def test_the_contract_doc_holds_the_generated_contract():
     assert "# Bring your own kernel" in doc and "## The entry contract" in doc
     assert contract_text() in doc, ("docs/contract.md's entry contract differs: "
                                     "paste `python -m core check --contract` into it")
+
+
+def test_a_wrong_result_shows_the_failing_shapes_own_error_in_the_per_shape_table(gemm):
+    r = cheat(gemm, "gemm_low_precision")
+    assert r["status"] == "wrong_result", verdict(r)
+    failing = r["shape_errors"][-1]  # verification stops at the first shape that fails
+    assert failing["max_abs_err"] > 0 and failing["max_abs_err"] == r["max_abs_err"], r["shape_errors"]
+    shape = ",".join(f"{k}={v}" for k, v in failing["shape"].items())
+    row = next(line for line in format_report(r).splitlines() if shape in line and "max_abs_err" in line)
+    assert f"max_abs_err {failing['max_abs_err']:.3g}" in row, format_report(r)
+
+
+# ---- odd kernel files: fail fast, name the user's own file ---------------------------------------
+
+def test_a_compile_error_comes_before_any_baseline_and_names_the_users_file(tmp_path, capsys):
+    kernel = tmp_path / "mine.c"
+    kernel.write_text("void abebot_gemm( {\n  int x = ;\n}\n")
+    runs = tmp_path / "runs"
+    rc = main(["check", "--workload", "gemm", "--backend", "c", "--kernel", str(kernel), "--problem", json.dumps(GEMM),
+               "--runs-dir", str(runs), "--json"])
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert rc == 1 and result["status"] == "compile_error", err
+    assert result["baselines"] == {} and result["time_us"] is None  # no sandbox, no baseline timing
+    assert result["cause"].startswith("mine.c:1:") and str(runs) not in out + err and ".cache" not in out + err, err
+    assert "compiler log:" in err and "baselines: not timed" in err
+
+
+@pytest.mark.parametrize("content, why", [(b"", "is empty"), (b"  \n\t\n", "is empty"),
+                                          (b"\x7fELF\x02\x01\x01\x00\x00\xff\xfe", "binary"),
+                                          (b"\xff\xfe\xfa int", "not a UTF-8 text file")])
+def test_an_empty_or_binary_kernel_file_is_bad_input_naming_the_file(tmp_path, capsys, content, why):
+    kernel = tmp_path / "mine.c"
+    kernel.write_bytes(content)
+    runs = tmp_path / "runs"
+    assert main(["check", "--workload", "gemm", "--backend", "c", "--kernel", str(kernel), "--runs-dir", str(runs)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and why in err and str(kernel) in err, err
+    assert "--kernel" not in err and not runs.exists()
+
+
+def test_a_check_leaves_no_sandbox_log_behind(gemm, tmp_path):
+    import tempfile
+
+    from core.tools.check import check_kernel
+
+    log = Path(tempfile.gettempdir()) / f"abebot-check-{os.getpid()}.log"
+    log.unlink(missing_ok=True)
+    kernel = _seed_file(gemm, tmp_path)
+    result = check_kernel("gemm", "c", kernel, problem=GEMM, runs_dir=tmp_path / "runs", timing_target_s=0.05,
+                          stability_launches=4)
+    assert result["ok"], verdict(result)
+    assert not log.exists()

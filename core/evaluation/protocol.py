@@ -214,16 +214,16 @@ class Protocol:
                 case = self.harness.make_case(shape, rng.getrandbits(31))
                 self.harness.launch(kernel, case)
                 self.runtime.synchronize()
-                chk = self._check(case, result, "wrong_result", f"on {_fmt(shape)}")
-                entry["max_abs_err"] = max(entry["max_abs_err"], chk.max_abs_err)
-                entry["rel_err"] = max(entry["rel_err"], chk.rel_err)
-                entry["margin_used"] = max(entry["margin_used"], chk.margin_used)
+                self._check(case, result, "wrong_result", f"on {_fmt(shape)}", entry)
         result["margin_used"] = max(e["margin_used"] for e in errors)
 
-    def _check(self, case: Any, result: dict, status: str, where: str) -> None:
+    def _check(self, case: Any, result: dict, status: str, where: str, entry: dict | None = None) -> None:
         chk = self.harness.check(case)
         result["max_abs_err"] = max(result["max_abs_err"], float(chk.max_abs_err))
         result["rel_err"] = max(result["rel_err"], float(chk.rel_err))
+        if entry is not None:  # the shape's own errors, recorded before a failure is raised
+            for key in ("max_abs_err", "rel_err", "margin_used"):
+                entry[key] = max(entry[key], float(getattr(chk, key)))
         if not chk.ok:
             detail = f": {chk.detail}" if chk.detail else ""
             raise Failure(status, one_line(f"{chk.cause or 'wrong_result'} {where}{detail}"))

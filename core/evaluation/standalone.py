@@ -6,11 +6,16 @@ kernel, then runs the same protocol the run did -- verification on fresh random 
 shape (the odd ones too), timing beside every library baseline, stability -- in its own process, and
 exits 1 when the kernel fails. So the verdict at home is reached by the very code that reached it
 during evolution, not by a re-implementation. ``--problem`` re-checks it on other sizes: a champion is
-tuned for one shape.
+tuned for one shape. Bad input -- not a JSON object, a setting the workload does not have, a size out
+of its bounds, a problem too big for the device's memory -- is refused as the CLI refuses it: one line
+on stderr and exit status 2, before anything is compiled. A baseline whose library is not installed
+(torch, beside numpy on a CPU) is reported as skipped in one line, without a traceback.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import random
 import shutil
@@ -18,6 +23,7 @@ import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 from core.backends.base import KernelSource
 
@@ -25,9 +31,9 @@ SCRIPT = '''#!/usr/bin/env python3
 """AbeBot kernel: {workload} on {backend}, exported with the code that evaluated it.
 
     python run_kernel.py                         # verify and time on the problem it was evolved for
-    python run_kernel.py --problem '{{"m": 512}}'  # re-verify on other sizes (it was tuned for one)
+    python run_kernel.py --problem '{example}'  # re-verify on other sizes (it was tuned for one)
 
-Needs numpy{needs}. Exits 1 when verification fails."""
+Needs numpy{needs}. Exits 1 when verification fails, 2 on bad input."""
 import sys
 from pathlib import Path
 
@@ -50,18 +56,70 @@ def write_standalone(folder: Path, kernel: KernelSource, workload: str, problem:
     manifest = {"workload": workload, "backend": kernel.backend, "problem": dict(problem), "kernel": asdict(kernel)}
     (folder / "kernel.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
     needs = NEEDS.get(backend_class(kernel.backend).arrays, "")
-    (folder / "run_kernel.py").write_text(SCRIPT.format(workload=workload, backend=kernel.backend, needs=needs))
+    example = json.dumps(example_problem(workload, kernel.backend, problem))
+    (folder / "run_kernel.py").write_text(SCRIPT.format(workload=workload, backend=kernel.backend, needs=needs,
+                                                        example=example))
     core = Path(__file__).resolve().parents[1]
     shutil.copytree(core, folder / "abebot" / "core", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
+def example_problem(workload: str, backend: str, problem: dict) -> dict:
+    """A ``--problem`` override in ``workload``'s own settings, for the docs of an export: the first
+    size setting halved (or doubled) that the workload accepts; ``{}`` when none is."""
+    from core.workloads import get_workload
+
+    wl = get_workload(workload)
+    for p in wl.params:
+        value = problem.get(p.name)
+        if p.kind != "size" or isinstance(value, bool) or not isinstance(value, int):
+            continue
+        for other in (value // 2, value * 2):
+            try:
+                if other >= 1 and other != value:
+                    wl.validate_problem({**problem, p.name: other}, backend)
+                    return {p.name: other}
+            except ValueError:
+                continue
+    return {}
+
+
+def checked_problem(manifest: dict, text: str | None, device: int) -> dict:
+    """The manifest's problem with the ``--problem`` JSON over it, validated as the CLI validates it:
+    the workload's own settings and bounds, and the memory bound (:func:`core.run.bounds.check_fits`).
+    ValueError, one line, when it is not."""
+    from core.run.bounds import check_fits
+    from core.workloads import get_workload
+
+    try:
+        override = json.loads(text) if text is not None else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--problem is not valid JSON: {exc.msg}") from None
+    if not isinstance(override, dict):
+        raise ValueError(f"--problem must be a JSON object of settings (got {type(override).__name__})")
+    try:
+        problem = get_workload(manifest["workload"]).validate_problem({**manifest["problem"], **override},
+                                                                       manifest["backend"])
+    except ValueError as exc:
+        raise ValueError(f"--problem: {exc}") from None
+    if device < 0:
+        raise ValueError(f"--device must be a device index >= 0 (got {device})")
+    check_fits(SimpleNamespace(workload=manifest["workload"], backend=manifest["backend"], device=device,
+                               problem=problem))
+    return problem
+
+
 def main(manifest_path: Path, argv: list[str]) -> int:
-    """Compile, verify and time the exported kernel; 0 when it verifies, 1 when it does not."""
+    """Compile, verify and time the exported kernel; 0 when it verifies, 1 when it does not, 2 on bad
+    input (one line on stderr, nothing compiled)."""
     from core.evaluation.protocol import Protocol
 
     manifest = json.loads(Path(manifest_path).read_text())
     args = _parser().parse_args(argv)
-    problem = {**manifest["problem"], **json.loads(args.problem or "{}")}
+    try:
+        problem = checked_problem(manifest, args.problem, args.device)
+    except ValueError as exc:
+        print(f"run_kernel.py: error: {exc}", file=sys.stderr)
+        return 2
     k = manifest["kernel"]
     kernel = KernelSource(k["backend"], k["source"], k["entry"], tuple(k["flags"]), k["launch"], k["resources"])
     spec = {"backend": kernel.backend, "device": args.device, "workload": manifest["workload"], "problem": problem,
@@ -70,15 +128,29 @@ def main(manifest_path: Path, argv: list[str]) -> int:
         protocol = Protocol(spec)
         artifact = protocol.backend.compile(kernel, Path(cache))
         seed = random.SystemRandom().getrandbits(31)
-        baseline = protocol.baseline(seed)
+        baseline = _quiet_baseline(protocol, seed)
         result = protocol.evaluate(artifact, seed + 1)
     _report(manifest, problem, protocol, baseline, result)
     return 0 if result["status"] == "ok" else 1
 
 
+def _quiet_baseline(protocol, seed: int) -> dict:
+    """``protocol.baseline(seed)`` with the tracebacks of baselines that failed to import their library
+    held back: each such baseline is reported by :func:`_report` in one line ("skipped"). Any other
+    failure's traceback is passed on to stderr."""
+    held = io.StringIO()
+    with contextlib.redirect_stderr(held):
+        baseline = protocol.baseline(seed)
+    causes = [str(e.get("cause") or "") for e in (baseline.get("baselines") or {}).values()]
+    missing = [c for c in causes if c.startswith(("ModuleNotFoundError", "ImportError"))]
+    if len(missing) < sum(1 for c in causes if c) or baseline.get("status") != "ok":
+        sys.stderr.write(held.getvalue())
+    return baseline
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="Verify and time an exported AbeBot kernel.")
-    p.add_argument("--problem", help="JSON object overriding problem sizes, e.g. '{\"m\": 512}'")
+    p.add_argument("--problem", help="JSON object overriding the workload's settings (see kernel.json's \"problem\")")
     p.add_argument("--device", type=int, default=0, help="device index (default 0)")
     p.add_argument("--seconds", type=float, default=0.5, help="timing target per measurement (default 0.5)")
     p.add_argument("--stability-launches", type=int, default=20, help="repeated launches, bit-compared (default 20)")
@@ -96,8 +168,12 @@ def _report(manifest: dict, problem: dict, protocol, baseline: dict, result: dic
     print(f"kernel: {t:.2f} us (IQR {result['time_spread_us']:.2f}), stability {result['stability']:.2f}, "
           f"max |err| {result['max_abs_err']:.3g}")
     for name, entry in (baseline.get("baselines") or {}).items():
+        cause = str(entry.get("cause") or "")
+        if entry.get("time_us") is None and cause.startswith(("ModuleNotFoundError", "ImportError")):
+            print(f"  {name}: skipped ({cause.split(': ', 1)[-1]}; optional: install it to time this baseline)")
+            continue
         if entry.get("time_us") is None:
-            print(f"  {name}: not timed ({entry.get('cause')})")
+            print(f"  {name}: not timed ({cause})")
             continue
         mark = " (fastest library path)" if name == baseline.get("primary") else ""
         print(f"  {name}: {entry['time_us']:.2f} us (IQR {entry['spread_us']:.2f}) -> kernel is "

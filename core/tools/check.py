@@ -6,7 +6,10 @@ A kernel engineer hands in a source file; AbeBot puts it where a rendered genome
    genome** -- that gives the :class:`~core.backends.base.KernelSource` with the entry point,
    compiler flags, launch description (a C kernel's ctypes ``argtypes`` included) and resources;
 2. replace its ``source`` by the file's text (and ``entry``, and keys of ``launch``, when given);
-3. evaluate it with the real sandboxed :class:`~core.evaluation.evaluator.Evaluator`: ``start()``
+3. fail fast: the static resource check and the compile come first (:meth:`Checker.precheck`),
+   before any sandbox starts or baseline is timed, and a compiler's log names the user's file, not
+   the compile cache;
+4. evaluate it with the real sandboxed :class:`~core.evaluation.evaluator.Evaluator`: ``start()``
    times the baselines, ``evaluate_sources([kernel])`` runs the protocol (static check, compile,
    verification on every shape, timing, checked timed launches, roofline, stability, memory).
 
@@ -18,8 +21,8 @@ a kernel must look like for each workload x backend -- the *entry contract* -- i
 templates by :mod:`core.tools.contract` (``python -m core check --contract``), so docs/contract.md's "Bring your own
 kernel" cannot drift from the code.
 
-Bad input (unknown workload or backend, an unreadable file, bad JSON, a backend not available here,
-a missing device) raises :class:`CheckInputError` (a ValueError) before anything is written.
+Bad input (unknown workload or backend, an unreadable, binary or empty file, bad JSON, a backend
+not available here, a missing device) raises :class:`CheckInputError` (a ValueError) before anything is written.
 """
 from __future__ import annotations
 
@@ -65,18 +68,32 @@ def parse_json_object(text: str | dict | None, flag: str) -> dict:
 
 
 def read_kernel(path: str | Path) -> str:
-    """The text of a kernel file; CheckInputError when it is missing, unreadable or not text."""
+    """The text of a kernel file; CheckInputError naming the file when it is missing, unreadable,
+    not text, or empty."""
     p = Path(path)
     try:
-        return p.read_text()
+        text = p.read_text()
     except FileNotFoundError:
-        raise CheckInputError(f"--kernel {path}: no such file") from None
+        raise CheckInputError(f"kernel file {path}: no such file") from None
     except IsADirectoryError:
-        raise CheckInputError(f"--kernel {path} is a folder, not a kernel file") from None
+        raise CheckInputError(f"kernel file {path} is a folder, not a kernel file") from None
     except UnicodeDecodeError:
-        raise CheckInputError(f"--kernel {path} is not a UTF-8 text file") from None
+        raise CheckInputError(f"kernel file {path} is not a UTF-8 text file (a kernel is source code)") from None
     except OSError as exc:
-        raise CheckInputError(f"--kernel {path}: {exc.strerror or exc}") from None
+        raise CheckInputError(f"kernel file {path}: {exc.strerror or exc}") from None
+    if "\x00" in text:
+        raise CheckInputError(f"kernel file {path} is a binary file, not source code")
+    if not text.strip():
+        raise CheckInputError(f"kernel file {path} is empty: there is no kernel to check")
+    return text
+
+
+def own_paths(text: str, cache_dir: str | Path, name: str) -> str:
+    """``text`` (a compiler log) with every path of the compile cache -- where the source was
+    compiled -- replaced by ``name``, the user's own file: ``/runs/.cache/ab12/kernel.c:3:5`` reads
+    ``mine.c:3:5``."""
+    root = re.escape(str(Path(cache_dir).resolve()))
+    return re.sub(root + r"/[^\s:'\"]*", lambda _: name, text) if text else text
 
 
 def validate_target(workload: str, backend: str, problem: dict | None, device: int = 0) -> tuple[Any, dict]:
@@ -181,7 +198,7 @@ class Checker:
         """Start the sandbox, time the baselines, render the first seed; return the baseline record."""
         from core.evaluation.evaluator import Evaluator
 
-        self.evaluator = Evaluator(self.config, self.runs_dir / ".cache", log=self.lines.append,
+        self.evaluator = Evaluator(self.config, self.cache_dir, log=self.lines.append,
                                    log_path=self.log_path, timing_target_s=self.timing_target_s)
         self.baseline = self.evaluator.start()
         self.seed = seed_kernel(self.evaluator.template)
@@ -213,7 +230,50 @@ class Checker:
         """Evaluate ``source`` as this pair's kernel; the result dict (see :func:`result_dict`)."""
         kernel = self.kernel(source, entry, launch)
         [ev] = self.evaluator.evaluate_sources([kernel])
-        return result_dict(self, kernel, ev, path)
+        return self._own_paths(result_dict(self, kernel, ev, path), path)
+
+    def precheck(self, source: str, entry: str | None = None, launch: dict | None = None, path: str = "") -> dict | None:
+        """The static resource check and the compile of ``source``, before any sandbox starts or
+        baseline is timed: the result dict of a kernel that fails either (``resource_exceeded``,
+        ``compile_error``, the compiler's log naming ``path``), None when it compiles. The compile
+        lands in the cache :meth:`check` compiles into, so it is not repeated."""
+        from core.backends import make_backend
+        from core.evaluation.record import Evaluation, first_error_line, trim_log
+        from core.backends.base import CompileError
+
+        backend = make_backend(self.config.backend, self.config.device)
+        template = self.workload.template(self.config.backend, self.problem, backend.device)
+        kernel = planted(seed_kernel(template), source, entry, launch)
+        reason = template.resource_violation(kernel)
+        status, log = ("resource_exceeded", "") if reason else ("", "")
+        if not reason:
+            try:
+                backend.compile(kernel, self.cache_dir)
+                return None
+            except CompileError as exc:
+                status, log = "compile_error", trim_log(str(exc)) or "compile failed (no log)"
+                reason = first_error_line(log)
+        ev = Evaluation(genome_hash="", status=status, cause=reason, resources=dict(kernel.resources),
+                        source=kernel.source, entry=kernel.entry, flags=list(kernel.flags), launch=dict(kernel.launch),
+                        compile_log=log)
+        result = self._own_paths(result_dict(self, kernel, ev, path), path)
+        result["device"] = backend.device.label()
+        return result
+
+    @property
+    def cache_dir(self) -> Path:
+        """The compile cache (``<runs>/.cache``), shared with runs."""
+        return self.runs_dir / ".cache"
+
+    def _own_paths(self, result: dict, path: str) -> dict:
+        """``result`` with the compile cache's paths in its cause and compiler log replaced by ``path``."""
+        name = Path(path).name if path else "the kernel"
+        result["cause"] = own_paths(result.get("cause") or "", self.cache_dir, name)
+        evaluation = result.get("evaluation") or {}
+        for key in ("cause", "compile_log"):
+            if evaluation.get(key):
+                evaluation[key] = own_paths(evaluation[key], self.cache_dir, name)
+        return result
 
 
 def seed_kernel(template: Any) -> KernelSource:
@@ -244,12 +304,19 @@ def check_kernel(workload: str, backend: str, kernel: str | Path, problem: dict 
     on = isolation_for(isolate)
     (say or (lambda line: None))(isolation.describe(on))  # before the upload runs: what isolates it, or nothing
     hold_device, busy = device_lock()
+    result: dict = {}
     try:
         with isolation.turned(on), hold_device(Path(runs_dir), backend, device, f"check {kernel}"):
+            result = checker.precheck(source, entry, launch, str(kernel)) or {}  # before any baseline timing
+            if result:
+                return {**result, "isolation": isolation.describe(on)}
             with checker:
-                return {**checker.check(source, entry, launch, str(kernel)), "isolation": isolation.describe(on)}
+                result = {**checker.check(source, entry, launch, str(kernel)), "isolation": isolation.describe(on)}
+                return result
     except busy as exc:
         raise DeviceBusyError(str(exc)) from None
+    finally:
+        _drop_sandbox_log(checker, options, result)
 
 
 def isolation_for(isolate: bool | None) -> bool:
@@ -261,3 +328,11 @@ def isolation_for(isolate: bool | None) -> bool:
     if on and isolation.mode() == "none":
         raise CheckInputError(f"--isolate: no isolation here: {isolation.why_not()}")
     return on
+
+
+def _drop_sandbox_log(checker: Checker, options: dict, result: dict) -> None:
+    """Remove the sandbox's log made for this one check, unless the caller named it or the report
+    points at it (a kernel that crashed or timed out)."""
+    if options.get("log_path") or result.get("status") in ("crashed", "timeout"):
+        return
+    checker.log_path.unlink(missing_ok=True)

@@ -103,6 +103,8 @@ def format_report(r: dict) -> str:
             t = tol.get(key)
             lines.append(f"  {key:28s} max_abs_err {_sci(e.get('max_abs_err'))}  rel_err {_sci(e.get('rel_err'))}"
                          + (f"  (atol {t[0]:g}, rtol {t[1]:g})" if t else "") + (f"  {extra}" if extra else ""))
+    elif not r["baselines"]:  # rejected by the static check or the compile, before anything ran
+        lines.append("  not run: the kernel was rejected before verification")
     else:
         lines.append(f"  over every shape checked: max_abs_err {_sci(r['max_abs_err'])}  rel_err {_sci(r['rel_err'])}"
                      "  (the evaluator reported no per-shape errors)")
@@ -116,6 +118,12 @@ def format_report(r: dict) -> str:
     repack = repack_line(r)
     if repack:
         lines.append(repack)
+    if not r["baselines"]:
+        lines.append("baselines: not timed (the kernel failed before they would have been)")
+        if r["status"] == "compile_error" and (r["evaluation"].get("compile_log") or ""):
+            lines.append("compiler log:")
+            lines += ["  " + ln for ln in r["evaluation"]["compile_log"].splitlines()]
+        return "\n".join(lines)
     lines.append(f"{'baseline':24s} {'median us':>11s} {'spread us':>10s} {'kernel speed-up':>16s}")
     for name, b in sorted(r["baselines"].items(), key=lambda kv: kv[1]["time_us"] or math.inf):
         speed = f"{b['speedup']:.3f}x" if b["speedup"] else "-"

@@ -101,7 +101,13 @@ def requirements_text(backend: str) -> str:
         needs = ("numpy",)
     lines = [pins.get(name, name) for name in needs]
     note = "# and a C compiler with OpenMP (gcc) on the PATH\n" if needs == ("numpy",) else ""
-    return "# run_kernel.py's imports; install with: pip install -r requirements.txt\n" + note + "\n".join(lines) + "\n"
+    optional = ""
+    if "torch" not in needs:
+        optional = ("# Optional: the torch baselines (timed beside numpy's) need torch; without it run_kernel.py\n"
+                    "# skips them with one line. For them: pip install torch --index-url "
+                    "https://download.pytorch.org/whl/cpu\n")
+    return ("# run_kernel.py's imports; install with: pip install -r requirements.txt\n" + note + optional
+            + "\n".join(lines) + "\n")
 
 
 def readme_text(run_id: str, cfg: dict, baseline: dict, index: list[dict]) -> str:
@@ -117,8 +123,9 @@ Workload **{cfg.get('workload')}** on backend **{cfg.get('backend')}**, problem 
 
 > **Tuned for one shape.** These kernels were evolved and timed on {shape_text} only. On other shapes
 > they are verified but not tuned, and can be much slower than the library: a CPU GEMM champion of
-> 256³ ran at 0.37–0.56× numpy on the other verification shapes. Re-check before using one elsewhere:
-> `python run_kernel.py --problem '{{"m": 512, "n": 512, "k": 512}}'`.
+> 256³ ran at 0.37–0.56× numpy on the other verification shapes. Re-check before using one elsewhere,
+> giving any of this workload's settings (those of `problem` above):
+> `python run_kernel.py --problem '{_example(cfg)}'`.
 
 | folder | generation | fitness | time (µs) |
 |---|---:|---:|---:|
@@ -134,6 +141,17 @@ pip install -r requirements.txt
 cd {index[0]['folder'] if index else '01_<hash>'} && python run_kernel.py   # exit status 1 when verification fails
 ```
 """
+
+
+def _example(cfg: dict) -> str:
+    """A ``--problem`` override in the run's workload's own settings (JSON), for the README."""
+    try:
+        from core.evaluation.standalone import example_problem
+
+        return json.dumps(example_problem(str(cfg.get("workload")), str(cfg.get("backend")), cfg.get("problem") or {}))
+    except Exception:  # an unknown workload or backend in an old configuration: the settings themselves
+        sizes = {k: v for k, v in (cfg.get("problem") or {}).items() if isinstance(v, int) and not isinstance(v, bool)}
+        return json.dumps(dict(list(sizes.items())[:1]))
 
 
 def export_zip(run_dir: Path | str, which: str = "champion", k: int = 5) -> bytes:
