@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, plotly_basic, ui
+from dashboard import charts, parallel_chart, plotly_basic, ui
 from dashboard import genomes as G
 from dashboard import importance as I
 from dashboard import individuals as IX
@@ -100,7 +100,7 @@ if st.toggle("Compute gene importance", value=True, key="ind_importance",
     # cut off and the parallel plot's axes too close for their value labels.
     plotly_basic.chart(st, charts.importance(imp), "chart_importance")
     top = list(imp["gene"][:8]) if not imp.empty else table.genes[:8]
-    plotly_basic.chart(st, charts.parallel(par, top), "chart_parallel")
+    plotly_basic.chart(st, parallel_chart.parallel(par, top), "chart_parallel")
     st.caption(I.parallel_caption(par, fitted) + " Each line is one genome, coloured by fitness (in "
-                  f"{charts.PARALLEL_BANDS} bands; the fittest on top); hover a dot on the fitness axis for its "
+                  f"{parallel_chart.PARALLEL_BANDS} bands; the fittest on top); hover a dot on the fitness axis for its "
                   "genes. The plot follows the filter above: narrow it there to isolate genes or values.")

@@ -952,13 +952,13 @@ def test_parallel_coordinates_chart_is_svg_coloured_by_fitness_with_value_labels
     import numpy as np
     import pandas as pd
 
-    from dashboard import charts
+    from dashboard import parallel_chart
 
     rng = np.random.default_rng(2)
     n = 500
     frame = pd.DataFrame({"gene.g.tile": rng.choice(["8", "16", "32", "128"], n),
                           "gene.g.layout": rng.choice(["row", "blocked"], n), "fitness": rng.random(n)})
-    fig = charts.parallel(frame, ["gene.g.tile", "gene.g.layout"])
+    fig = parallel_chart.parallel(frame, ["gene.g.tile", "gene.g.layout"])
     assert {t.type for t in fig.data} == {"scatter"}  # no WebGL: drawn fast by a GPU-less browser
     assert list(fig.layout.xaxis.ticktext) == ["tile", "layout", "fitness"]
     labels = next(t for t in fig.data if t.name == "values")
@@ -966,15 +966,15 @@ def test_parallel_coordinates_chart_is_svg_coloured_by_fitness_with_value_labels
     assert tile_labels == ["8", "16", "32", "128"]  # numbers in numeric order, each value labelled
     assert set(t for x, t in zip(labels.x, labels.text) if x == 1) == {"row", "blocked"}
     bands = [t for t in fig.data if (t.name or "").startswith("fitness band")]
-    assert 1 < len(bands) <= charts.PARALLEL_BANDS
+    assert 1 < len(bands) <= parallel_chart.PARALLEL_BANDS
     # Every row is one line: k + 1 points and a break, in the band of its fitness.
     assert sum(len(t.x) for t in bands) == n * 4
     lows = [t for t in bands if t.name == "fitness band 1"][0]
     assert lows.line.color != bands[-1].line.color
     dots = next(t for t in fig.data if t.name == "genomes")
     assert len(dots.x) == n and dots.marker.colorscale and np.allclose(sorted(dots.marker.color), sorted(frame["fitness"]))
-    assert charts.parallel(frame.iloc[0:0], ["gene.g.tile"]).layout.annotations[0].text == "no rows match the filter"
-    one = charts.parallel(frame.head(1), ["gene.g.tile"])  # one row: no division by a zero span
+    assert parallel_chart.parallel(frame.iloc[0:0], ["gene.g.tile"]).layout.annotations[0].text == "no rows match the filter"
+    one = parallel_chart.parallel(frame.head(1), ["gene.g.tile"])  # one row: no division by a zero span
     assert len(next(t for t in one.data if t.name == "genomes").x) == 1
 
 

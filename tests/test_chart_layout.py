@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dashboard import charts
+from dashboard import charts, parallel_chart
 
 
 def test_a_benchmark_time_axis_never_goes_below_zero():
@@ -25,7 +25,7 @@ def test_legends_sit_under_the_x_axis_title_not_on_it():
 def test_parallel_value_labels_are_short_and_axis_names_stay_level():
     frame = pd.DataFrame({"gene.a": ['["SYNC","LDG","FFMA"]', '["STG","LDG"]'] * 3, "gene.b": ["1", "2"] * 3,
                           "fitness": [0.5, 1.0, 0.7, 0.9, 0.6, 0.8]})
-    fig = charts.parallel(frame, ["gene.a", "gene.b"])
+    fig = parallel_chart.parallel(frame, ["gene.a", "gene.b"])
     labels = next(t for t in fig.data if t.name == "values").text
-    assert max(len(t) for t in labels) <= charts.PARALLEL_LABEL_CHARS
+    assert max(len(t) for t in labels) <= parallel_chart.PARALLEL_LABEL_CHARS
     assert fig.layout.xaxis.tickangle == 0

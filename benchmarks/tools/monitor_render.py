@@ -45,7 +45,7 @@ from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from dashboard import charts, data  # noqa: E402
+from dashboard import charts, data, parallel_chart  # noqa: E402
 from dashboard.synthetic import build_run  # noqa: E402
 from store.reader import RunReader  # noqa: E402
 from store.runs import list_runs  # noqa: E402
@@ -124,7 +124,7 @@ def individuals_loading(folder: Path) -> list[tuple[str, float]]:
     t, imp = timed(lambda: importance.gene_importance(frame, table.genes), repeat=3)
     rows.append((f"gene importance (random forest + permutation, {importance.MAX_ROWS:,} genomes sampled)", t))
     par = importance.parallel_frame(frame, table.genes, fittest=best)
-    t, _ = timed(lambda: (charts.importance(imp).to_json(), charts.parallel(par, table.genes[:8]).to_json()))
+    t, _ = timed(lambda: (charts.importance(imp).to_json(), parallel_chart.parallel(par, table.genes[:8]).to_json()))
     rows.append((f"build + serialise the importance and parallel-coordinates ({len(par)} lines) figures", t))
     t, _ = timed(lambda: len(table.export(None, "csv")), repeat=1)
     rows.append((f"CSV download of all {table.rows:,} rows (built only when clicked)", t))
@@ -422,7 +422,7 @@ sys.path[:0] = [{root!r}]  # this app runs from a temporary folder
 import pandas as pd
 import streamlit as st
 import benchmarks.tools.monitor_render as M
-from dashboard import charts
+from dashboard import charts, parallel_chart
 st.set_page_config(layout="wide")
 par, imp = pd.read_pickle({par!r}), pd.read_pickle({imp!r})
 v = st.query_params.get("v", "none")
@@ -435,7 +435,7 @@ if v.startswith("parcoords"):
 elif v == "altair":
     right.altair_chart(M.vega_parallel(par.head(lines), genes), key="par", width="stretch")
 elif v == "svg":
-    right.plotly_chart(charts.parallel(par.head(lines), genes), key="par")
+    right.plotly_chart(parallel_chart.parallel(par.head(lines), genes), key="par")
 """
 
 
