@@ -241,30 +241,34 @@ class Protocol:
         if self._pair is None:  # no baseline timed in this sandbox yet: the kernel alone
             times = adaptive_times(self.runtime, side.fn, self.timing_target_s, before=side.before, after=side.after)
             result["timing_method"] = getattr(self.runtime, "last_timing", "")
+            chunks: list[float] = []
         else:
             name, fn, bcases = self._pair
             paired = paired_times(self.runtime, side,
                                   self._side(fn, bcases, LaunchChecks(self.harness, bcases, rng.getrandbits(31), check=False)),
                                   self.timing_target_s)
-            times = paired.kernel
+            times, chunks = paired.kernel, paired.kernel_chunks
             result.update(speedup=paired.speedup, speedup_spread=paired.spread, noisy=paired.noisy,
                           pair_baseline=name, pair_baseline_us=statistics.median(paired.baseline) * 1e6,
                           timing_method=paired.method)
         self.runtime.synchronize()
         result["time_us"], result["time_spread_us"] = median_iqr_us(times)
+        # The floor judges the fastest evidence the speed-up rests on: a chunk's statistic (on a CPU its
+        # fastest call) below physics is a launch that skipped work, however slow the others were.
+        fastest_us = min([result["time_us"]] + [t * 1e6 for t in chunks])
         verdict = checks.verify()
         if not verdict.ok:
             raise Failure("wrong_result", one_line(f"{verdict.cause} in timed launches: {verdict.detail}"))
         if self.floor_us is None:
             self._measure_floor()
         for _ in range(SUSPECT_REMEASURES):  # a busy moment may have under-measured the peaks
-            if result["time_us"] >= self.floor_us:
+            if fastest_us >= self.floor_us:
                 break
             time.sleep(0.05)
             self._measure_floor()
-        if result["time_us"] < self.floor_us:
+        if fastest_us < self.floor_us:
             launch = f", an empty launch {self.launch_us:.2f} us" if self.launch_us else ""
-            raise Failure("suspect", f"{result['time_us']:.2f} us is faster than the physical floor {self.floor_us:.2f} us "
+            raise Failure("suspect", f"{fastest_us:.2f} us is faster than the physical floor {self.floor_us:.2f} us "
                                      f"(roofline {self.roofline_us:.2f} us at the measured peaks / {ALLOWANCE}{launch}): "
                                      "the kernel skips work or the timing does not measure it")
 

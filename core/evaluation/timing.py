@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -117,6 +117,7 @@ class Paired:
     ratios: list[float]
     method: str
     statistic: str = "median"
+    kernel_chunks: list[float] = field(default_factory=list)  # each kernel chunk's statistic (seconds)
 
     @property
     def speedup(self) -> float:
@@ -166,7 +167,8 @@ def paired_times(runtime: Runtime, kernel: Side, baseline: Side, target_s: float
         k = runtime.time(kernel.fn, reps=reps, warmup=0, before=kernel.before, after=kernel.after, method=method)
         out.baseline += b
         out.kernel += k
-        out.ratios.append(pick(b) / max(pick(k), 1e-12))
+        out.kernel_chunks.append(pick(k))
+        out.ratios.append(pick(b) / max(out.kernel_chunks[-1], 1e-12))
     out.method = getattr(runtime, "last_timing", None) or out.method
     runtime.forget()
     return out
