@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 
 from core.backends.base import KernelSource
 from core.evaluation.timing import TIMING_TARGET_S
-from core.tools.check_result import result_dict
+from core.tools.check_result import add_independent, result_dict
 
 EXIT_OK, EXIT_REJECTED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -160,11 +160,14 @@ class Checker:
 
     :func:`check_kernel` is the one-shot form the command line uses; a test or a script checking
     many kernels keeps one Checker, so the sandbox starts and the baselines are timed once.
+    ``second_method``: a kernel that passes is also timed, with the primary baseline, by the second
+    method (:mod:`core.evaluation.crosscheck`), and both speed-ups are reported.
     """
 
     def __init__(self, workload: str, backend: str, problem: dict | None = None, *, runs_dir: str | Path = "runs",
                  device: int = 0, timing_target_s: float = TIMING_TARGET_S, timeout_s: float = 30.0,
-                 stability_launches: int = 20, seed: int = 0, log_path: str | Path | None = None):
+                 stability_launches: int = 20, seed: int = 0, log_path: str | Path | None = None,
+                 second_method: bool = True):
         from core.config import ConfigError, RunConfig
 
         self.workload, self.problem = validate_target(workload, backend, problem, device)
@@ -193,6 +196,7 @@ class Checker:
         self.evaluator = None
         self.baseline: dict | None = None
         self.seed: KernelSource | None = None
+        self.second_method = bool(second_method)
 
     def start(self) -> dict:
         """Start the sandbox, time the baselines, render the first seed; return the baseline record."""
@@ -230,7 +234,10 @@ class Checker:
         """Evaluate ``source`` as this pair's kernel; the result dict (see :func:`result_dict`)."""
         kernel = self.kernel(source, entry, launch)
         [ev] = self.evaluator.evaluate_sources([kernel])
-        return self._own_paths(result_dict(self, kernel, ev, path), path)
+        result = result_dict(self, kernel, ev, path)
+        if ev.ok and self.second_method:  # every reported figure, cross-checked by the second method
+            add_independent(result, self.evaluator.crosscheck(kernel, [result["primary"]]))
+        return self._own_paths(result, path)
 
     def precheck(self, source: str, entry: str | None = None, launch: dict | None = None, path: str = "") -> dict | None:
         """The static resource check and the compile of ``source``, before any sandbox starts or

@@ -46,6 +46,8 @@ def result_dict(checker: Any, kernel: KernelSource, ev: Any, path: str = "") -> 
         baselines[name] = {"time_us": t, "spread_us": e.get("spread_us"), "verified": bool(e.get("verified")),
                            "cause": e.get("cause", ""),
                            "speedup": (t / time_us) if (t and time_us) else None}
+        if name == b.get("primary") and getattr(ev, "speedup", None):  # timed beside the kernel, in pairs
+            baselines[name]["speedup"] = ev.speedup
     return {
         "verdict": ev.status, "ok": ev.ok, "status": ev.status, "cause": ev.cause,
         "workload": checker.config.workload, "backend": checker.config.backend, "problem": dict(checker.problem),
@@ -60,7 +62,27 @@ def result_dict(checker: Any, kernel: KernelSource, ev: Any, path: str = "") -> 
         "primary": b.get("primary"), "baselines": baselines, "shape": b.get("shape"),
         "roofline": rooflines(b, checker.min_bytes, checker.flops, ev.time_us),
         "sandbox_log": str(checker.log_path), "evaluation": jsonable(record),
+        "cache": getattr(ev, "cache", None) or b.get("cache"), "noisy": getattr(ev, "noisy", None),
+        "speedup": getattr(ev, "speedup", None),
     }
+
+
+def add_independent(result: dict, reply: dict) -> dict:
+    """``result`` with the second method's figures (:mod:`core.evaluation.crosscheck`): the kernel's
+    and the primary baseline's times on rotated copies, each one's host overhead, the speed-up that
+    gives and whether it disagrees with the paired one by more than 5%."""
+    from core.evaluation.crosscheck import agreement
+
+    if reply.get("status") != "ok":
+        result["independent"] = {"status": reply.get("status"), "cause": reply.get("cause")}
+        return result
+    times, primary = reply["times_us"], result.get("primary")
+    speedup = times[primary] / times["kernel"] if primary in times and times.get("kernel") else None
+    result["independent"] = {"method": reply["method"], "copies": reply["copies"], "cold": reply["cold"],
+                             "rotation_bytes": reply["rotation_bytes"], "llc_bytes": reply["llc_bytes"],
+                             "times_us": times, "host_overhead_us": reply["host_overhead_us"], "speedup": speedup,
+                             **agreement(result.get("speedup"), speedup)}
+    return result
 
 
 def tolerances(workload: Any, problem: dict) -> dict:
@@ -129,6 +151,7 @@ def format_report(r: dict) -> str:
         speed = f"{b['speedup']:.3f}x" if b["speedup"] else "-"
         mark = " (primary)" if name == r.get("primary") else ("" if b["verified"] else f" (not verified: {b['cause']})")
         lines.append(f"  {name:22s} {_num(b['time_us']):>11s} {_num(b['spread_us']):>10s} {speed:>16s}{mark}")
+    lines += independent_lines(r)
     rf = r["roofline"]
     parts = []
     if rf["memory_us"] is not None:
@@ -160,6 +183,24 @@ def format_report(r: dict) -> str:
     if r["status"] in ("crashed", "timeout"):
         lines.append(f"sandbox log: {r['sandbox_log']}")
     return "\n".join(lines)
+
+
+def independent_lines(r: dict) -> list[str]:
+    """The cache policy, the paired speed-up and the second method's, with the warnings."""
+    out = [f"cache: {r.get('cache') or '-'}; speed-up over {r.get('primary')} in interleaved pairs: "
+           f"{_num(r.get('speedup'), 3)}x" + (" NOISY (the pair ratios spread over 10%)" if r.get("noisy") else "")]
+    ind = r.get("independent")
+    if ind and ind.get("times_us"):
+        host = ind["host_overhead_us"].get("kernel")
+        out.append(f"second method ({ind['method']}, {ind['copies']} copies, {ind['rotation_bytes'] / 1e6:.0f} MB "
+                   f"rotated{'' if ind['cold'] else ', less than 2.5x the cache: partly warm'}): kernel "
+                   f"{ind['times_us']['kernel']:.2f} us, {_num(ind.get('speedup'), 3)}x"
+                   + (f"; host overhead {host:.1f} us a call" if host is not None else ""))
+        if ind.get("disagree"):
+            out.append(f"WARNING: the two methods disagree by {100 * abs(ind['methods_ratio'] - 1):.1f}% (over 5%)")
+    elif ind:
+        out.append(f"second method: {ind.get('status')}: {ind.get('cause')}")
+    return out
 
 
 def repack_line(r: dict) -> str:
