@@ -6,7 +6,8 @@ import math
 import pandas as pd
 
 COLUMNS = ["name", "kind", "time_us", "spread_us", "memory_bytes", "speedup_vs_primary", "champion_speedup",
-           "gflops", "gbps"]
+           "gflops", "gbps", "independent_us", "host_overhead_us", "noisy"]
+_EXTRA = ("independent_us", "host_overhead_us", "noisy")  # from core bench: the second method, host time, the mark
 
 
 def table(baseline: dict | None, champion: dict | None) -> pd.DataFrame:
@@ -14,19 +15,23 @@ def table(baseline: dict | None, champion: dict | None) -> pd.DataFrame:
 
     ``speedup_vs_primary`` is primary baseline time / this time (above 1 is faster than the
     library); ``champion_speedup`` is this time / champion time (how many times faster the champion
-    is). GFLOP/s and GB/s use the run's FLOPs and input+output bytes of the timed shape.
+    is): the paired speed-up where the record has one (timed beside the champion, ``core bench``).
+    GFLOP/s and GB/s use the run's FLOPs and input+output bytes of the timed shape; ``independent_us``
+    (the second method), ``host_overhead_us`` and ``noisy`` come from ``core bench``.
     """
     if not baseline:
         return pd.DataFrame(columns=COLUMNS)
     rows = []
     if champion and champion.get("time_us"):
         rows.append({"name": "evolved champion", "kind": "champion", "time_us": champion["time_us"],
-                     "spread_us": champion.get("time_spread_us"), "memory_bytes": champion.get("memory_bytes")})
+                     "spread_us": champion.get("time_spread_us"), "memory_bytes": champion.get("memory_bytes"),
+                     **{k: champion.get(k) for k in _EXTRA}})
     primary = baseline.get("primary")
     for name, rec in (baseline.get("baselines") or {}).items():
         label = f"{name} (primary)" if name == primary else name
         rows.append({"name": label, "kind": "baseline", "time_us": rec.get("time_us"), "spread_us": rec.get("spread_us"),
-                     "memory_bytes": rec.get("memory_bytes")})
+                     "memory_bytes": rec.get("memory_bytes"), "paired": rec.get("speedup"),
+                     **{k: rec.get(k) for k in _EXTRA}})
     if not any(r["kind"] == "baseline" for r in rows) and baseline.get("time_us"):
         rows.append({"name": f"{primary or 'baseline'} (primary)", "kind": "baseline", "time_us": baseline["time_us"],
                      "spread_us": None, "memory_bytes": baseline.get("memory_bytes")})
@@ -43,8 +48,14 @@ def table(baseline: dict | None, champion: dict | None) -> pd.DataFrame:
     df["champion_speedup"] = t / champ_time
     # Text, so that the champion's own row (and every row before there is a champion) is blank
     # rather than "1.00×" or "None".
-    df["champion_speedup"] = [f"{v:.2f}×" if k == "baseline" and v == v else ""
-                              for k, v in zip(df["kind"], df["champion_speedup"])]
+    paired = df["paired"] if "paired" in df else pd.Series([None] * len(df))
+    df["champion_speedup"] = [f"{p:.2f}× (pairs)" if k == "baseline" and p is not None and p == p
+                              else (f"{v:.2f}×" if k == "baseline" and v == v else "")
+                              for k, v, p in zip(df["kind"], df["champion_speedup"], paired)]
+    for col in _EXTRA:
+        if col not in df:
+            df[col] = None
+    df["noisy"] = ["NOISY" if v is True else "" for v in df["noisy"]]
     flops, io = baseline.get("flops"), baseline.get("io_bytes")
     df["gflops"] = float(flops) / t / 1e3 if flops else math.nan
     df["gbps"] = float(io) / t / 1e3 if io else math.nan
@@ -59,7 +70,8 @@ def from_bench(bench: dict) -> tuple[dict, dict]:
     baseline = {**bench, "time_us": prim.get("time_us"), "memory_bytes": prim.get("memory_bytes")}
     champ = bench.get("champion") or {}
     champion = {"genome_hash": bench.get("genome_hash"), "time_us": champ.get("time_us"),
-                "time_spread_us": champ.get("spread_us"), "memory_bytes": champ.get("memory_bytes")}
+                "time_spread_us": champ.get("spread_us"), "memory_bytes": champ.get("memory_bytes"),
+                "speedup": champ.get("speedup"), **{k: champ.get(k) for k in _EXTRA}}
     return baseline, champion
 
 

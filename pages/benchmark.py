@@ -75,8 +75,12 @@ if champ is None:
 else:
     c = st.columns(4)
     c[0].metric("Champion time", data.fmt_time_us(champ.get("time_us")))
-    c[1].metric(f"vs {base.get('primary', 'baseline')}", f"{base['time_us'] / champ['time_us']:.2f}×",
-                help="baseline time / champion time: above 1 means the champion is faster")
+    paired = champ.get("speedup") if champ.get("speedup") == champ.get("speedup") else None
+    c[1].metric(f"vs {base.get('primary', 'baseline')}",
+                f"{paired:.2f}×" if paired else f"{base['time_us'] / champ['time_us']:.2f}×",
+                delta="NOISY" if champ.get("noisy") is True else None, delta_color="inverse",
+                help="the champion's speed-up, timed in interleaved pairs beside the baseline where it was "
+                     "(baseline time / champion time otherwise): above 1 means the champion is faster")
     c[2].metric("Champion memory", data.fmt_bytes(champ.get("memory_bytes")),
                 f"{(champ['memory_bytes'] / base['memory_bytes'] - 1) * 100:+.0f}% vs baseline"
                 if champ.get("memory_bytes") and base.get("memory_bytes") else None, delta_color="inverse")
@@ -94,7 +98,8 @@ shown = df.drop(columns=["kind"]).assign(memory_bytes=df["memory_bytes"] / scale
 st.dataframe(
     shown, hide_index=True, width="stretch", key="bench_table",
     column_order=["name", "time_us", "spread_us", "speedup_vs_primary", "champion_speedup",
-                  "gflops" if first == "GFLOP/s" else "gbps", "gbps" if first == "GFLOP/s" else "gflops", "memory_bytes"],
+                  "gflops" if first == "GFLOP/s" else "gbps", "gbps" if first == "GFLOP/s" else "gflops", "memory_bytes",
+                  "independent_us", "host_overhead_us", "noisy"],
     column_config={
         "name": "implementation",
         "time_us": st.column_config.NumberColumn("time (µs)", format="%.2f"),
@@ -105,7 +110,15 @@ st.dataframe(
                                                         help="this baseline's time / the champion's"),
         "gflops": st.column_config.NumberColumn("GFLOP/s", format="%.1f"),
         "gbps": st.column_config.NumberColumn("GB/s (inputs + outputs)", format="%.1f"),
+        "independent_us": st.column_config.NumberColumn(
+            "second method (µs)", format="%.2f", help="core bench: a chain of launches over rotated copies of the "
+            "inputs, no preparation between them (docs/measurement.md)"),
+        "host_overhead_us": st.column_config.NumberColumn(
+            "host µs / call", format="%.1f", help="host time of one eager call, outside a CUDA graph (core bench)"),
+        "noisy": st.column_config.TextColumn("noisy", help="its pair ratios or its rounds spread over 10%"),
     })
+st.caption(f"Cache policy: **{base.get('cache', 'cold')}**" + (f" ({base['evict']})" if base.get("evict") else "")
+           + " · the same for the champion and every baseline (docs/measurement.md).")
 roof = (f"roofline {data.fmt_time_us(base.get('roofline_us'))} (the fastest any kernel could be, from FLOPs and bytes)"
         if base.get("roofline_us") else f"no roofline: {B.roofline_reason(base)}")
 launch = (f" · an empty kernel's launch {base['launch_us']:.2f} µs, timed the same way (no kernel is faster; "

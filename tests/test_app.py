@@ -440,6 +440,23 @@ def test_benchmark_remeasure_button_and_bench_json(runs, monkeypatch):
     at = app("benchmark")
     assert at.radio(key="bench_source").value == "re-measured"
     assert metric(at, "vs numpy") == "2.00×"
+    # core bench's pairs, second method, host overhead, noisy mark and cache policy are shown (issue 27)
+    atomic_write_json(runs / run_id / "bench.json", {
+        "run_id": run_id, "measured_at": 0, "rounds": 3, "genome_hash": champ["genome_hash"], "primary": "numpy",
+        "flops": 1e6, "io_bytes": 1e5, "roofline_us": None, "device": {"name": "cpu", "backend": "c", "index": 0},
+        "cache": "cold", "evict": "clflush of the call's buffers",
+        "champion": {"time_us": 10.0, "spread_us": 0.1, "memory_bytes": 1000, "speedup": 2.5, "noisy": True,
+                     "independent_us": 11.0, "host_overhead_us": None},
+        "baselines": {"numpy": {"time_us": 20.0, "spread_us": 0.2, "memory_bytes": 900, "speedup": 2.5,
+                                "independent_us": 26.0, "host_overhead_us": 3.5, "noisy": False}}})
+    at = app("benchmark")
+    assert metric(at, "vs numpy") == "2.50×"  # the paired figure, not 20 / 10
+    table = at.dataframe[0].value
+    numpy_row = table[table["name"] == "numpy (primary)"].iloc[0]
+    assert numpy_row["champion_speedup"] == "2.50× (pairs)"
+    assert numpy_row["independent_us"] == 26.0 and numpy_row["host_overhead_us"] == 3.5
+    assert table[table["name"] == "evolved champion"].iloc[0]["noisy"] == "NOISY"
+    assert any("Cache policy: **cold**" in c.value for c in at.caption)
     at.radio(key="bench_source").set_value("run start").run()
     assert metric(at, "vs numpy") != "2.00×"
 
