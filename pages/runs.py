@@ -11,6 +11,7 @@ from dashboard.meta import load_meta, save_meta
 from dashboard.names import md, titled
 from dashboard.runs import all_runs, load_json, resolve
 from dashboard.settings import runs_dir
+from store.runs import champion_figure, speedup_text
 
 ui.ensure_navigation()
 
@@ -120,7 +121,10 @@ for rid in chosen:
     gens = ui.generations(str(path), ui.signature(path))
     if not gens.empty:
         curves[rid] = data.fitness_curves(gens)
-plotly_basic.chart(st, charts.compare_runs(curves, titles), "compare_chart")
+# Each legend entry carries its run's champion figure: the paired speed-up, NOISY when marked (issue 27).
+legend = {rid: f"{titles.get(rid, rid)} · {speedup_text(champion_figure(resolve(runs, rid, ids)))}".rstrip(" ·")
+          for rid in curves}
+plotly_basic.chart(st, charts.compare_runs(curves, legend), "compare_chart")
 st.caption("Fitness is a weighted sum of ratios against each run's own baseline (baseline time / time, baseline "
            "memory / memory, stability), so a curve says how far a run got past **its** baseline. Runs whose "
            "baselines differ (another device, problem size or weights) are not comparable by height.")
