@@ -289,6 +289,8 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
 def _left_running(reply: dict, left: list[str]) -> dict:
     """The reply of a request after which processes its kernel started were found running (and killed)."""
     cause = f"left a process running: {', '.join(left[:4])}" + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+    if os.environ.get("ABEBOT_SANDBOX_PID_NAMESPACE") == "1":  # under bwrap (core/evaluation/isolation.py)
+        cause += " (pids in the sandbox's PID namespace)"
     print(f"[sandbox] {cause}; killed", flush=True)
     if reply.get("status") not in (None, "ok"):
         cause = f"{cause}; {reply.get('status')}: {reply.get('cause', '')}"
