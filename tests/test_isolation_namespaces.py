@@ -62,7 +62,7 @@ class Probe:
                     os._exit(0)
                 return {"status": "ok"}
             elif op == "spawn_sleeper":
-                return self._spawn_sleeper(request["mark"], request.get("crash", False))
+                return self._spawn_sleeper(request["mark"], request.get("then", ""))
             elif op == "segv":
                 os.kill(os.getpid(), 11)
         except OSError as exc:
@@ -70,9 +70,10 @@ class Probe:
         return {"status": "ok"}
 
     @staticmethod
-    def _spawn_sleeper(mark: str, crash: bool) -> dict:
-        """A ``setsid()`` child that execs ``sleep 60`` with ``ABEBOT_TEST_MARK=mark``; returns once the
-        exec has happened (the close-on-exec pipe closes), or crashes the sandbox then (SIGSEGV)."""
+    def _spawn_sleeper(mark: str, then: str) -> dict:
+        """A ``setsid()`` child that execs ``sleep 60`` with ``ABEBOT_TEST_MARK=mark``; once the exec has
+        happened (the close-on-exec pipe closes), returns, or ``then="crash"`` crashes the sandbox
+        (SIGSEGV), or ``then="hang"`` hangs it until the watchdog kills it."""
         r, w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
@@ -88,8 +89,10 @@ class Probe:
         os.close(r)
         if failed:
             return {"status": "refused", "error": "exec of sleep failed"}
-        if crash:
+        if then == "crash":
             os.kill(os.getpid(), 11)
+        while then == "hang":
+            time.sleep(1)
         return {"status": "ok"}
 
 
@@ -212,9 +215,22 @@ def test_a_process_left_by_an_isolated_sandbox_that_crashed_dies_with_its_namesp
     the sandbox, and takes the child with it."""
     isolate(True)
     mark = f"crashed-left-{os.getpid()}-{time.monotonic_ns()}"
-    [reply] = probe(tmp_path, {"op": "spawn_sleeper", "mark": mark, "crash": True})
+    [reply] = probe(tmp_path, {"op": "spawn_sleeper", "mark": mark, "then": "crash"})
     assert reply == {"status": "crashed", "cause": "killed by SIGSEGV"}, reply
     assert wait_until_none(mark) == []
+
+
+@BWRAP
+def test_a_process_left_by_an_isolated_sandbox_killed_on_a_timeout_dies_with_it(tmp_path, isolate):
+    """Killed on a timeout, the sandbox takes its kernel's processes along: the watchdog kills every descendant
+    of bwrap (the process it started) by host pid, and the PID namespace ends with the sandbox."""
+    isolate(True)
+    mark = f"timeout-left-{os.getpid()}-{time.monotonic_ns()}"
+    with Sandbox({"server": f"{__name__}:Probe"}, timeout_s=20, log_path=tmp_path / "sandbox.log") as box:
+        reply = box.call({"op": "spawn_sleeper", "mark": mark, "then": "hang"}, timeout_s=2)
+        assert reply["status"] == "timeout", reply
+        assert wait_until_none(mark) == []
+        assert box.restarts == 1 and box.call({"op": "cwd"})["status"] == "ok"
 
 
 @BWRAP
