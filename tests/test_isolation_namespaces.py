@@ -377,6 +377,22 @@ def test_commands_are_unchanged_when_isolation_is_off(isolate):
     assert isolation.sandbox_prefix() == []
 
 
+def test_an_isolated_sandbox_may_write_only_what_its_backend_writes_while_loading(tmp_path, monkeypatch, isolate):
+    """Asked of the backend (``Backend.load_writes``), not by its name: Triton's JIT cache under the
+    compile cache, nothing for C (the command line only: no bwrap needs to run)."""
+    isolate(True)
+    monkeypatch.setattr(namespaces, "mode", lambda: "bwrap")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    cache = tmp_path / "cache"
+
+    def written(backend: str) -> list[str]:
+        args = isolation.sandbox_prefix([], {"backend": backend, "cache_dir": str(cache)})
+        return [args[i + 1] for i, a in enumerate(args) if a == "--bind"]
+
+    assert written("triton") == [str(cache / "triton" / "triton")]
+    assert written("c") == []
+
+
 def test_unshare_mode_cuts_the_network_only(monkeypatch, isolate):
     isolate(True)
     monkeypatch.setattr(namespaces, "mode", lambda: "unshare")
