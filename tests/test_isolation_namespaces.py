@@ -5,7 +5,9 @@ Each claim in docs/security.md's "What each mode isolates" is shown here:
 * bwrap mode: the sandbox cannot write outside its own folders (the file does not appear), cannot
   open a socket to 127.0.0.1, sees a private /tmp, and leaves no process behind; a C kernel doing
   the same through ``core check`` is contained alike; the C compile cannot read a file outside the
-  system's /usr (``#include "/etc/passwd"`` fails and quotes nothing);
+  system's /usr: an absolute ``#include "/etc/passwd"`` is refused by the include guard before the
+  compiler runs (in every mode), and a symbolic link planted in the cache folder, which the guard
+  cannot see, leads nowhere (``No such file or directory``); neither quotes the file;
 * unshare mode: no network, and nothing else;
 * off: all of the above succeed (the control that shows each test can fail).
 
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from core.backends import availability
+from core.backends import availability, namespaces
 from core.backends.base import CompileError
 from core.evaluation import isolation
 from core.evaluation.sandbox import Sandbox
@@ -59,10 +61,38 @@ class Probe:
                     time.sleep(60)
                     os._exit(0)
                 return {"status": "ok"}
+            elif op == "spawn_sleeper":
+                return self._spawn_sleeper(request["mark"], request.get("then", ""))
             elif op == "segv":
                 os.kill(os.getpid(), 11)
         except OSError as exc:
             return {"status": "refused", "error": f"{type(exc).__name__}: {exc}"}
+        return {"status": "ok"}
+
+    @staticmethod
+    def _spawn_sleeper(mark: str, then: str) -> dict:
+        """A ``setsid()`` child that execs ``sleep 60`` with ``ABEBOT_TEST_MARK=mark``; once the exec has
+        happened (the close-on-exec pipe closes), returns, or ``then="crash"`` crashes the sandbox
+        (SIGSEGV), or ``then="hang"`` hangs it until the watchdog kills it."""
+        r, w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            os.setsid()
+            try:
+                os.execve("/bin/sleep", ["sleep", "60"], {**os.environ, "ABEBOT_TEST_MARK": mark})
+            finally:
+                os.write(w, b"x")
+                os._exit(127)
+        os.close(w)
+        failed = os.read(r, 1)
+        os.close(r)
+        if failed:
+            return {"status": "refused", "error": "exec of sleep failed"}
+        if then == "crash":
+            os.kill(os.getpid(), 11)
+        while then == "hang":
+            time.sleep(1)
         return {"status": "ok"}
 
 
@@ -157,7 +187,10 @@ def wait_until_none(mark: str, timeout_s: float = 10) -> list[int]:
 
 
 @BWRAP
-def test_a_process_left_behind_by_an_isolated_sandbox_dies_with_it(tmp_path, isolate, monkeypatch):
+def test_a_process_left_behind_by_an_isolated_sandbox_is_named_and_killed(tmp_path, isolate, monkeypatch):
+    """The sandbox's own sweep (core/evaluation/descendants.py) works inside bwrap's PID namespace: the
+    verdict names the process by the namespace's pid, and it is gone before the reply; the sandbox and
+    bwrap go at close."""
     from multiprocessing import resource_tracker
 
     isolate(True)
@@ -165,9 +198,39 @@ def test_a_process_left_behind_by_an_isolated_sandbox_dies_with_it(tmp_path, iso
     mark = f"left-behind-{os.getpid()}-{time.monotonic_ns()}"
     monkeypatch.setenv("ABEBOT_TEST_MARK", mark)
     with Sandbox({"server": f"{__name__}:Probe"}, timeout_s=20, log_path=tmp_path / "sandbox.log") as box:
-        assert box.call({"op": "fork_sleeper"})["status"] == "ok"
-        assert len(marked(mark)) >= 3  # bwrap, the sandbox, its setsid() child (and bwrap's init)
+        assert len(marked(mark)) >= 2  # bwrap and the sandbox (and bwrap's init)
+        reply = box.call({"op": "spawn_sleeper", "mark": mark + "-sleeper"})
+        assert reply["status"] == "crashed", reply
+        assert reply["cause"].startswith("left a process running: pid ") and "(sleep)" in reply["cause"], reply
+        assert reply["cause"].endswith("(pids in the sandbox's PID namespace)"), reply
+        assert marked(mark + "-sleeper") == []
+        assert box.call({"op": "cwd"})["status"] == "ok"  # the same sandbox goes on
     assert wait_until_none(mark) == []
+
+
+@BWRAP
+def test_a_process_left_by_an_isolated_sandbox_that_crashed_dies_with_its_namespace(tmp_path, isolate):
+    """The sandbox crashes right after its kernel's setsid() child started: no sweep ran, and the parent
+    never saw the child (the gap docs/security.md names outside bwrap). The PID namespace ends with
+    the sandbox, and takes the child with it."""
+    isolate(True)
+    mark = f"crashed-left-{os.getpid()}-{time.monotonic_ns()}"
+    [reply] = probe(tmp_path, {"op": "spawn_sleeper", "mark": mark, "then": "crash"})
+    assert reply == {"status": "crashed", "cause": "killed by SIGSEGV"}, reply
+    assert wait_until_none(mark) == []
+
+
+@BWRAP
+def test_a_process_left_by_an_isolated_sandbox_killed_on_a_timeout_dies_with_it(tmp_path, isolate):
+    """Killed on a timeout, the sandbox takes its kernel's processes along: the watchdog kills every descendant
+    of bwrap (the process it started) by host pid, and the PID namespace ends with the sandbox."""
+    isolate(True)
+    mark = f"timeout-left-{os.getpid()}-{time.monotonic_ns()}"
+    with Sandbox({"server": f"{__name__}:Probe"}, timeout_s=20, log_path=tmp_path / "sandbox.log") as box:
+        reply = box.call({"op": "spawn_sleeper", "mark": mark, "then": "hang"}, timeout_s=2)
+        assert reply["status"] == "timeout", reply
+        assert wait_until_none(mark) == []
+        assert box.restarts == 1 and box.call({"op": "cwd"})["status"] == "ok"
 
 
 @BWRAP
@@ -241,15 +304,35 @@ def compile_c(tmp_path: Path, source: str):
     return backend.compile(KernelSource(backend="c", source=source, entry="f"), tmp_path / "cache")
 
 
+REFUSED = "refused: only the kernel's own folder and the toolchain's headers may be included"
+
+
+def planted(tmp_path: Path) -> dict[str, Path]:
+    """A file outside the system (beside the test) and, in the compile cache folder, symbolic links to it
+    and to /etc/passwd: what a kernel run without isolation could leave there for a later compile.
+    The include guard reads only a kernel's text, so ``#include "secret.h"`` gets past it."""
+    secret = tmp_path / "secret.h"
+    secret.write_text("TOPSECRET_LINE_42 leaked;\n")  # read as C, its first word is quoted: "unknown type name"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "secret.h").symlink_to(secret)
+    (cache / "passwd.h").symlink_to("/etc/passwd")
+    return {"secret": secret}
+
+
 @NEEDS_C
 @BWRAP
 def test_an_isolated_compile_cannot_include_a_file_outside_the_system(tmp_path, isolate):
     isolate(True)
-    secret = tmp_path / "secret.h"
-    secret.write_text("TOPSECRET_LINE_42\n")
-    for path in ("/etc/passwd", str(secret)):
+    secret = planted(tmp_path)["secret"]
+    for path in ("/etc/passwd", str(secret)):  # the first layer: refused before the compiler runs
         with pytest.raises(CompileError) as err:
             compile_c(tmp_path, f'#include "{path}"\nint f(void) {{ return 0; }}\n')
+        assert REFUSED in str(err.value), str(err.value)
+        assert "root:x:0:0" not in str(err.value) and "TOPSECRET" not in str(err.value)
+    for name in ("passwd.h", "secret.h"):  # past the guard: the compile's namespace has no such file
+        with pytest.raises(CompileError) as err:
+            compile_c(tmp_path, f'#include "{name}"\nint f(void) {{ return 0; }}\n')
         assert "No such file or directory" in str(err.value), str(err.value)
         assert "root:x:0:0" not in str(err.value) and "TOPSECRET" not in str(err.value)
 
@@ -266,18 +349,22 @@ def test_an_isolated_compile_still_builds_an_openmp_kernel(tmp_path, isolate):
 
 @NEEDS_C
 def test_without_isolation_an_include_quotes_the_file(tmp_path, isolate):
+    """The control: an absolute include is still refused by the guard, quoting nothing, but a planted
+    link the guard lets through is followed, and the compiler's error quotes the file."""
     isolate(False)
-    secret = tmp_path / "secret.h"
-    secret.write_text("TOPSECRET_LINE_42\n")
+    secret = planted(tmp_path)["secret"]
     with pytest.raises(CompileError) as err:
         compile_c(tmp_path, f'#include "{secret}"\nint f(void) {{ return 0; }}\n')
+    assert REFUSED in str(err.value) and "TOPSECRET" not in str(err.value)
+    with pytest.raises(CompileError) as err:
+        compile_c(tmp_path, '#include "secret.h"\nint f(void) { return 0; }\n')
     assert "TOPSECRET_LINE_42" in str(err.value)
 
 
 # ---- what each mode says -----------------------------------------------------------------------------
 
 def test_the_isolation_line_says_plainly_when_a_check_is_not_isolated(monkeypatch):
-    monkeypatch.setattr(isolation, "mode", lambda: "none")
+    monkeypatch.setattr(namespaces, "mode", lambda: "none")
     monkeypatch.setattr(isolation.shutil, "which", lambda name: None)
     line = isolation.describe(True)
     assert line.startswith("NOT isolated") and "apt-get install bubblewrap" in line
@@ -290,9 +377,25 @@ def test_commands_are_unchanged_when_isolation_is_off(isolate):
     assert isolation.sandbox_prefix() == []
 
 
+def test_an_isolated_sandbox_may_write_only_what_its_backend_writes_while_loading(tmp_path, monkeypatch, isolate):
+    """Asked of the backend (``Backend.load_writes``), not by its name: Triton's JIT cache under the
+    compile cache, nothing for C (the command line only: no bwrap needs to run)."""
+    isolate(True)
+    monkeypatch.setattr(namespaces, "mode", lambda: "bwrap")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    cache = tmp_path / "cache"
+
+    def written(backend: str) -> list[str]:
+        args = isolation.sandbox_prefix([], {"backend": backend, "cache_dir": str(cache)})
+        return [args[i + 1] for i, a in enumerate(args) if a == "--bind"]
+
+    assert written("triton") == [str(cache / "triton" / "triton")]
+    assert written("c") == []
+
+
 def test_unshare_mode_cuts_the_network_only(monkeypatch, isolate):
     isolate(True)
-    monkeypatch.setattr(isolation, "mode", lambda: "unshare")
+    monkeypatch.setattr(namespaces, "mode", lambda: "unshare")
     cmd = isolation.compile_command(["cc", "x.c"], "/tmp")
     assert cmd[:2] == ["unshare", "--net"] and cmd[-2:] == ["cc", "x.c"]
     assert isolation.sandbox_prefix()[:2] == ["unshare", "--net"]
@@ -374,7 +477,7 @@ def test_without_isolation_core_check_lets_that_kernel_write_and_connect(tmp_pat
 def test_check_isolate_where_there_is_none_is_bad_input(tmp_path, monkeypatch, capsys):
     from core.cli import main
 
-    monkeypatch.setattr(isolation, "mode", lambda: "none")
+    monkeypatch.setattr(namespaces, "mode", lambda: "none")
     kernel = tmp_path / "k.c"
     kernel.write_text("void abebot_rmsnorm(void) {}\n")
     code = main(["check", "--workload", "rmsnorm", "--backend", "c", "--kernel", str(kernel),
@@ -389,7 +492,7 @@ def test_the_check_page_says_plainly_when_the_kernel_will_not_be_isolated(tmp_pa
     from tests.test_app import app
 
     monkeypatch.setenv("ABEBOT_RUNS_DIR", str(tmp_path))
-    monkeypatch.setattr(isolation, "mode", lambda: "none")
+    monkeypatch.setattr(namespaces, "mode", lambda: "none")
     monkeypatch.setattr(isolation.shutil, "which", lambda name: None)
     at = app("check")
     assert any(w.value.startswith("NOT isolated") for w in at.warning), [w.value for w in at.warning]

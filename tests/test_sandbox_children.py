@@ -128,23 +128,38 @@ def test_processes_a_kernel_starts_are_killed_and_named_in_the_verdict(evaluator
 
 
 @needs_c
-def test_the_check_command_leaves_no_process_behind(tmp_path):
+@pytest.mark.parametrize("isolate", ["--no-isolate", "--isolate"])
+def test_the_check_command_leaves_no_process_behind(tmp_path, isolate):
+    """Through ``python -m core check``, with and without bubblewrap. Under bwrap the kernel's processes
+    live in the sandbox's PID namespace: the pids it notes and the verdict names are that namespace's,
+    so the processes are found on the host by a mark in their environment."""
+    from core.evaluation import isolation
     from core.workloads import get_workload
+    from tests.test_isolation_namespaces import marked, wait_until_none
 
+    if isolate == "--isolate" and isolation.mode() != "bwrap":
+        pytest.skip(f"no bubblewrap here: {isolation.why_not()}")
     pids = tmp_path / "pids"
     kernel = tmp_path / "forks.c"
     kernel.write_text(FORKING_GEMM % {"start": STARTS["setsid"], "pids": pids})
     assert get_workload("gemm")
+    mark = f"check-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "ABEBOT_TEST_MARK": mark,
+           isolation.WRITABLE_ENV: str(tmp_path)}  # where the kernel notes its pids, seen from outside
     r = subprocess.run([sys.executable, "-m", "core", "check", "--workload", "gemm", "--backend", "c",
                         "--kernel", str(kernel), "--problem", json.dumps(GEMM), "--runs-dir", str(tmp_path / "runs"),
-                        "--seconds", "0.05", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "OMP_NUM_THREADS": "2"})
+                        "--seconds", "0.05", "--json", isolate], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, env=env)
     started = _pids(pids, 2, wait_s=0)
     assert len(started) == 2, (started, r.stderr[-2000:])
     assert r.returncode == 1, r.stdout + r.stderr
     result = json.loads(r.stdout)
     assert result["status"] == "crashed" and "left a process running" in result["cause"], result
-    assert not [p for p in started if _alive(p)]
+    assert all(f"pid {p} " in result["cause"] for p in started), (result["cause"], started)
+    assert ("PID namespace" in result["cause"]) == (isolate == "--isolate"), result["cause"]
+    assert wait_until_none(mark) == []
+    if isolate == "--no-isolate":
+        assert not [p for p in started if _alive(p)]
 
 
 # -- killed from outside ----------------------------------------------------------------------------
@@ -182,8 +197,8 @@ def test_a_sandbox_killed_from_outside_retries_the_candidate_in_a_fresh_one(tmp_
 
     def kill_the_first_sandbox_once_it_works() -> None:
         deadline = time.monotonic() + 20
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        while not (started.exists() and started.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the pid is written, not only the file created
         pid = int(started.read_text())
         started.unlink()
         os.kill(pid, signal.SIGKILL)  # the OOM killer, say

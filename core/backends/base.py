@@ -211,7 +211,9 @@ class Backend(ABC):
     * ``dtypes`` -- the element types its templates may be asked for;
     * ``sticky_errors`` -- whether a failed launch may leave the device unusable, so the sandbox
       restarts after any exception (CUDA errors are sticky);
-    * ``entry_kind`` -- what a kernel's entry point is, in words, for the entry contract.
+    * ``entry_kind`` -- what a kernel's entry point is, in words, for the entry contract;
+    * ``load_writes(compile_dir)`` -- the folders its runtime writes while loading a kernel (Triton's
+      JIT cache), which an isolated sandbox must be allowed to write.
     """
 
     name: ClassVar[str]
@@ -257,6 +259,13 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release what ``compile``/``precompile`` hold between calls (compile processes)."""
+
+    @classmethod
+    def load_writes(cls, compile_dir: Path) -> list[str]:
+        """Folders this backend's runtime writes while it loads kernels compiled into ``compile_dir``
+        (Triton's JIT cache): an isolated sandbox may write these and nothing else of the user's.
+        The default: none."""
+        return []
 
     @abstractmethod
     def make_runtime(self) -> Runtime:

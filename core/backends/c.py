@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
-from core.backends import c_guard, cache, elf
+from core.backends import c_guard, cache, elf, namespaces
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime, source_hash
 from core.backends.c_loader import Loader
 
@@ -233,8 +233,7 @@ def _run_compiler(c_path: Path, so_path: Path, flags: tuple[str, ...]) -> tuple[
     limits = c_guard.compile_limits()
     cmd, preexec = c_guard.limited([*compiler_command(), *BASE_FLAGS, *c_guard.DIAGNOSTIC_FLAGS, *flags,
                                     "-o", str(tmp), str(c_path), *LINK_FLAGS], limits)
-    from core.evaluation.isolation import compile_command  # under bwrap when isolation is on (issue 35)
-    cmd = compile_command(cmd, so_path.parent)
+    cmd = namespaces.compile_command(cmd, so_path.parent)  # under bwrap when isolation is on (issue 35)
     # A session of its own, so a timeout kills cc1 and as too, not only the driver.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             preexec_fn=preexec)

@@ -45,6 +45,14 @@ class TritonBackend(TorchGpuBackend):
     entry_kind = "a Python module of `@triton.jit` kernels with a `launch(...)` function"
 
     @classmethod
+    def load_writes(cls, compile_dir: Path) -> list[str]:
+        """Triton's JIT cache (:func:`core.backends.triton_aot.triton_cache_dir`): a kernel the compile
+        processes missed is compiled at its first launch, in the sandbox, and filed there."""
+        from core.backends.triton_aot import triton_cache_dir
+
+        return [triton_cache_dir(compile_dir)]
+
+    @classmethod
     def availability(cls) -> str | None:
         try:
             from importlib import metadata

@@ -7,6 +7,10 @@ descendant, however it detached, is re-parented to the sandbox instead of to ini
 :func:`sweep` kills every descendant the sandbox did not have when its server was built, reaps them, and
 names them, and the verdict says ``crashed: left a process running``.
 
+Under bubblewrap the sandbox is inside a PID namespace with its own ``/proc``: :func:`sweep` (run by
+the sandbox) sees and names that namespace's pids, while :func:`kill_tree` and :class:`Watch` (run by
+the parent, whose child is ``bwrap``) see host pids. Both are right where they run.
+
 Linux only (``/proc``); elsewhere nothing is found and nothing is killed.
 """
 from __future__ import annotations

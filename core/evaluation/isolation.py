@@ -11,11 +11,14 @@ Where bubblewrap (``bwrap``, Debian package ``bubblewrap``) works, and isolation
   nodes when present, no network (``--unshare-net``: only a loopback interface that is down), its own
   PID, IPC and UTS namespaces (every process it leaves behind dies with it), a new session, and it
   dies with its parent (``--die-with-parent``);
-* **the C compile** (:func:`compile_command`, used by :mod:`core.backends.c`) sees only the system's
-  ``/usr`` (compiler, headers, libraries), ``/etc/alternatives`` and the loader cache, and its own
-  folder (writable: the compile cache, where the ``.c`` is and the ``.so`` goes); no ``/home``, no
-  ``/root``, no ``/etc`` beyond those, no runs folder, no network. An ``#include "/etc/passwd"`` fails
-  with "No such file or directory" and quotes nothing.
+* **the C compile** (:func:`core.backends.namespaces.compile_command`, used by
+  :mod:`core.backends.c`: the backends' half, below this layer, on the same probe and switch) sees only
+  the system's ``/usr`` (compiler, headers, libraries), ``/etc/alternatives`` and the loader cache, and
+  its own folder (writable: the compile cache, where the ``.c`` is and the ``.so`` goes); no ``/home``,
+  no ``/root``, no ``/etc`` beyond those, no runs folder, no network. The include guard
+  (:mod:`core.backends.c_guard`) refuses an absolute or ``..`` include before the compiler runs, in
+  every mode; an include it lets through that resolves outside those folders (a symbolic link planted
+  in the cache) fails here with "No such file or directory" and quotes nothing.
 
 Where only ``unshare`` works (util-linux, root or unprivileged user namespaces), the mode is
 ``unshare``: both run with ``unshare --net`` (no network) and nothing else is isolated. With neither,
@@ -25,40 +28,32 @@ isolates and the test that shows each claim (tests/test_isolation_namespaces.py)
 from __future__ import annotations
 
 import contextlib
-import glob
 import io
+import glob
 import multiprocessing as mp
 import os
 import shutil
 import signal
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from multiprocessing import popen_spawn_posix, reduction, spawn, util
 from pathlib import Path
 from typing import Iterable, Iterator
 
-ENV = "ABEBOT_ISOLATE"  # "1": isolate where the machine can; anything else: do not
+from core.backends import namespaces
+from core.backends.namespaces import COMPILE_SYSTEM, ENV, MODES, compile_command  # noqa: F401 (one implementation)
+
 WRITABLE_ENV = "ABEBOT_ISOLATE_WRITABLE"  # more folders the sandbox may write (os.pathsep-separated)
 READABLE_ENV = "ABEBOT_ISOLATE_READABLE"  # folders under /tmp the sandbox must still read (the compile cache)
-MODES = ("bwrap", "unshare", "none")
-# What the compile sees of the system: the toolchain, its headers and libraries, the loader's cache.
-COMPILE_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/alternatives",
-                  "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
-_PROBE_TIMEOUT_S = 10
+PID_NAMESPACE_ENV = "ABEBOT_SANDBOX_PID_NAMESPACE"  # set inside a bwrap sandbox: the pids it sees are its own
 
 
 # ---- what the machine offers ---------------------------------------------------------------------
 
-@lru_cache(maxsize=1)
 def mode() -> str:
-    """``"bwrap"`` where bubblewrap can build the sandbox here, else ``"unshare"`` where ``unshare --net``
-    works, else ``"none"`` (probed once per process by running ``true`` under each)."""
-    if _works([*_bwrap_base(), "--", "true"]):
-        return "bwrap"
-    if _works([*_unshare_base(), "--", "true"]):
-        return "unshare"
-    return "none"
+    """``"bwrap"``, ``"unshare"`` or ``"none"``: what this machine offers
+    (:func:`core.backends.namespaces.mode`, probed once per process)."""
+    return namespaces.mode()
 
 
 def why_not() -> str:
@@ -84,16 +79,6 @@ def describe(on: bool | None = None) -> str:
     if mode() == "unshare":
         return f"isolated by unshare: no network only; files are NOT isolated ({why_not()})"
     return f"NOT isolated: {why_not()}; the kernel can read and write your files and use the network"
-
-
-def _works(cmd: list[str]) -> bool:
-    if not cmd or shutil.which(cmd[0]) is None:
-        return False
-    try:
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=_PROBE_TIMEOUT_S).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
 
 
 # ---- on or off -----------------------------------------------------------------------------------
@@ -128,7 +113,7 @@ def turned(on: bool, writable: Iterable[str | Path] = (), readable: Iterable[str
 
 def enabled() -> bool:
     """Whether isolation is asked for (``$ABEBOT_ISOLATE=1``); it applies where :func:`mode` is not ``none``."""
-    return os.environ.get(ENV, "").strip() == "1"
+    return namespaces.enabled()
 
 
 def active() -> str:
@@ -136,48 +121,17 @@ def active() -> str:
     return mode() if enabled() else "none"
 
 
-# ---- the compile -----------------------------------------------------------------------------------
-
-def compile_command(cmd: list[str], folder: str | Path) -> list[str]:
-    """``cmd`` (a compiler command line) as it should run: unchanged when isolation is not active;
-    under ``bwrap`` it sees the system's toolchain and ``folder`` (writable) only; under ``unshare`` it
-    has no network."""
-    how = active()
-    if how == "unshare":
-        return [*_unshare_base(), "--", *cmd]
-    if how != "bwrap":
-        return list(cmd)
-    folder = str(Path(folder).absolute())
-    args = ["bwrap"]
-    for path in COMPILE_SYSTEM:
-        args += _system_bind(path)
-    tool = shutil.which(cmd[0]) if cmd else None
-    if tool and not Path(tool).resolve().is_relative_to("/usr"):  # a $CC outside /usr: its folder, read-only
-        args += ["--ro-bind", str(Path(tool).resolve().parent), str(Path(tool).resolve().parent)]
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", folder, folder, "--chdir", folder,
-             "--unshare-all", "--die-with-parent", "--new-session", "--setenv", "TMPDIR", "/tmp", "--"]
-    return [*args, *cmd]
-
-
-def _system_bind(path: str) -> list[str]:
-    """A system path as the compile sees it: a symbolic link as the same link (/bin -> usr/bin), a
-    file or folder bound read-only, nothing when it is not there."""
-    p = Path(path)
-    if p.is_symlink():
-        return ["--symlink", os.readlink(p), path]
-    return ["--ro-bind", path, path] if p.exists() else []
-
-
 # ---- the sandbox process ---------------------------------------------------------------------------
 
 def sandbox_prefix(writable: Iterable[str | Path] = (), spec: dict | None = None) -> list[str]:
     """The command prefix the sandbox process starts under ([] when isolation is not active).
     ``writable``: files or folders it may write (a file is created empty first, so it can be bound);
-    ``spec``: the sandbox's spec, whose ``cache_dir`` (the compile cache) it reads and, for Triton,
-    whose ``<cache_dir>/triton/triton`` (Triton's JIT cache, unless ``$TRITON_CACHE_DIR``) it writes."""
+    ``spec``: the sandbox's spec, whose ``cache_dir`` (the compile cache) it reads, and where its
+    backend's runtime writes while loading a kernel (:meth:`core.backends.base.Backend.load_writes`:
+    Triton's JIT cache) it writes."""
     how = active()
     if how == "unshare":
-        return [*_unshare_base(), "--"]
+        return [*namespaces.unshare_base(), "--"]
     if how != "bwrap":
         return []
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev"]
@@ -188,8 +142,7 @@ def sandbox_prefix(writable: Iterable[str | Path] = (), spec: dict | None = None
     for path in _under_tmp_to_read([cache] if cache else []):
         args += ["--ro-bind", path, path]
     extra = [p for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p]
-    if cache and (spec or {}).get("backend") == "triton":
-        extra.append(os.environ.get("TRITON_CACHE_DIR") or str(Path(cache) / "triton" / "triton"))
+    extra += _load_writes(spec or {})
     for path in (*map(str, writable), *extra):
         target = Path(path).absolute()
         if str(target).startswith("/dev/"):  # os.devnull: the fresh /dev has it already
@@ -202,8 +155,22 @@ def sandbox_prefix(writable: Iterable[str | Path] = (), spec: dict | None = None
                 target.mkdir(parents=True, exist_ok=True)
         args += ["--bind", str(target), str(target)]
     args += ["--unshare-net", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--die-with-parent",
-             "--new-session", "--setenv", "TMPDIR", "/tmp", "--"]
+             "--new-session", "--setenv", "TMPDIR", "/tmp", "--setenv", PID_NAMESPACE_ENV, "1", "--"]
     return args
+
+
+def _load_writes(spec: dict) -> list[str]:
+    """The folders the spec's backend writes while loading its kernels, asked of the backend (its
+    kernels are compiled into ``<cache_dir>/<backend>/``, :class:`core.evaluation.evaluator.Evaluator`)."""
+    backend, cache = spec.get("backend"), spec.get("cache_dir")
+    if not backend or not cache:
+        return []
+    try:
+        from core.backends import backend_class
+
+        return [str(p) for p in backend_class(backend).load_writes(Path(cache) / backend)]
+    except (ImportError, ValueError):  # an unknown or broken backend: the sandbox will say so itself
+        return []
 
 
 def _under_tmp_to_read(readable: list[str]) -> list[str]:
@@ -307,12 +274,3 @@ class _IsolatedContext(mp.context.SpawnContext):
         proc = IsolatedProcess(*args, **kwargs)
         proc._abebot_prefix = list(self._prefix)
         return proc
-
-
-def _bwrap_base() -> list[str]:
-    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-net", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--die-with-parent", "--new-session"]
-
-
-def _unshare_base() -> list[str]:
-    return ["unshare", "--net"] + ([] if os.geteuid() == 0 else ["--map-root-user"])

@@ -27,6 +27,12 @@ becomes ``crashed: left a process running (pid N (name))`` when any was found ru
 killed on a timeout or at close has its descendants and its process group killed by the parent; one
 that died has its process group killed, and every descendant the parent saw while it worked
 (:class:`~core.evaluation.descendants.Watch`).
+
+Under bubblewrap (:mod:`core.evaluation.isolation`) the parent's child is ``bwrap``, and the sandbox
+runs below it in a PID namespace of its own, as a session leader. Its sweep works the same there, on
+that namespace's pids (the verdict says so); the parent's kills of the tree and the watch work on host
+pids below ``bwrap`` (its process-group kill finds no group: bwrap leads none); and whatever is still
+in the namespace when the sandbox ends, a crash included, dies with the namespace.
 """
 from __future__ import annotations
 
@@ -289,6 +295,8 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
 def _left_running(reply: dict, left: list[str]) -> dict:
     """The reply of a request after which processes its kernel started were found running (and killed)."""
     cause = f"left a process running: {', '.join(left[:4])}" + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+    if os.environ.get("ABEBOT_SANDBOX_PID_NAMESPACE") == "1":  # under bwrap (core/evaluation/isolation.py)
+        cause += " (pids in the sandbox's PID namespace)"
     print(f"[sandbox] {cause}; killed", flush=True)
     if reply.get("status") not in (None, "ok"):
         cause = f"{cause}; {reply.get('status')}: {reply.get('cause', '')}"
