@@ -54,6 +54,8 @@ def read(run_dir: Path) -> dict:
     try:
         gens = con.execute("SELECT generation, baseline_primary, baseline_time_us, baseline_rel_spread, noisy, "
                            "champion_time_us, champion_spread_us FROM generations ORDER BY generation").fetchall()
+        champion = con.execute("SELECT generation, best_fitness, champion_speedup, champion_speedup_spread, "
+                               "champion_noisy, champion_samples FROM generations ORDER BY generation").fetchall()
         cols = [c for c in ("time_term", "memory_term", "stability_term", "stability", "determinism", "steadiness",
                             "error_margin")]
         terms = {}
@@ -64,7 +66,22 @@ def read(run_dir: Path) -> dict:
         statuses = dict(con.execute("SELECT status, count(*) FROM individuals GROUP BY status").fetchall())
     finally:
         con.close()
-    return {"generations": gens, "terms": terms, "statuses": statuses}
+    return {"generations": gens, "terms": terms, "statuses": statuses, "champion": champion}
+
+
+def verdict(results: list[dict]) -> list[str]:
+    """Issue 27's test: beside the busy loops, the stored champion speed-up is within 20% of the quiet
+    run's, and no generation's best fitness exceeds 3x the quiet run's best."""
+    quiet, busy = results[0]["champion"], results[1]["champion"]
+    if not quiet or not busy or quiet[-1][2] is None or busy[-1][2] is None:
+        return ["no paired speed-up stored (a run from before paired timing?)"]
+    q, b = quiet[-1][2], busy[-1][2]
+    top = max(f for _, f, *_ in quiet if f is not None)
+    worst = max(f for _, f, *_ in busy if f is not None)
+    return [f"stored champion speed-up: quiet {q:.3f}x, busy {b:.3f}x: {100 * (b / q - 1):+.1f}% "
+            f"({'within' if abs(b / q - 1) <= 0.2 else 'NOT within'} 20%)",
+            f"highest best fitness of any generation: quiet {top:.4f}, busy {worst:.4f}: {worst / top:.2f}x "
+            f"({'under' if worst <= 3 * top else 'OVER'} 3x)"]
 
 
 def report(results: list[dict], args) -> str:
@@ -80,6 +97,10 @@ def report(results: list[dict], args) -> str:
             lines.append(f"| {g} | {prim} | {t:.1f} | {rel * 100:.1f} % | {'yes' if noisy else 'no'} | "
                          f"{ct:.1f} ({cs:.1f}) |" if ct is not None else f"| {g} | {prim} | {t:.1f} | {rel * 100:.1f} % | "
                          f"{'yes' if noisy else 'no'} | — |")
+        lines += ["", "| generation | best fitness | champion speed-up (pairs) | spread | noisy | timings |", "|---|---|---|---|---|---|"]
+        for g, fit, sp, spr, noisy, n in r.get("champion") or []:
+            lines.append(f"| {g} | {fit:.4f} | {sp if sp is None else f'{sp:.3f}x'} | "
+                         f"{spr if spr is None else f'{spr:.3f}'} | {'yes' if noisy else 'no'} | {n} |")
         lines += ["", "| over the ok individuals | min | q25 | median | q75 | max | n |", "|---|---|---|---|---|---|---|"]
         for name, q in r["terms"].items():
             if q[-1]:
@@ -98,8 +119,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results = [run(args.workload, args.generations, args.population, hogs) for hogs in (0, os.cpu_count() or 2)]
     (args.out / "runs.json").write_text(json.dumps(results, indent=1, default=str))
-    (args.out / "report.md").write_text(report(results, args))
-    print(report(results, args))
+    text = report(results, args) + "\n## Verdict\n\n" + "\n".join(f"- {line}" for line in verdict(results)) + "\n"
+    (args.out / "report.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":
