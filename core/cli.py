@@ -1,7 +1,7 @@
 """``python -m core``: run, resume, list and export evolutions from the shell.
 
 Bad input (unknown workload or backend, population < 2, bad weights, a missing or corrupt run, an
-unavailable backend, a problem too big for the device's memory (``core/run/bounds.py``), a device another
+unavailable backend, a problem too big for the device's memory (``core/evaluation/bounds.py``), a device another
 run holds (``core/run/device_lock.py``)) prints one line on stderr and exits with status 2 before anything
 is written.
 """
@@ -156,7 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         n_devices = len(devices)
         if cfg.device >= n_devices:
             raise UsageError(f"backend {cfg.backend!r} has {n_devices} device(s); --device {cfg.device} does not exist")
-        from core.run.bounds import check_fits
+        from core.evaluation.bounds import check_fits
 
         check_fits(cfg, devices[cfg.device])  # ProblemTooBig (exit 2) before anything is written
         run_slots(cfg)  # UsageError (exit 2) for devices this machine does not have
@@ -201,7 +201,7 @@ def hold_devices(runs_dir: Path, cfg: RunConfig, holder: str):
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from core.run.bounds import check_fits
+    from core.evaluation.bounds import check_fits
     from store.writer import RunWriter
 
     runs_dir = Path(args.runs_dir)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from core.run.bounds import check_fits
+from core.evaluation.bounds import check_fits
 from core.config import FIELDS, ConfigError, RunConfig
 from core.run.device_lock import device_holder
 from core.objectives import OBJECTIVES

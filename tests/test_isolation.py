@@ -1,6 +1,6 @@
 """What the sandbox and the CLI keep apart: memory, files, the compile cache and the device.
 
-* a problem too big for the device's memory is refused before anything is written (core/run/bounds.py);
+* a problem too big for the device's memory is refused before anything is written (core/evaluation/bounds.py);
 * the CPU sandbox runs with file-size, address-space and CPU-time limits in an empty working
   directory of its own (core/evaluation/sandbox.py), and a kernel that hits a limit is lethal while
   the run goes on;
@@ -85,7 +85,7 @@ def test_the_launch_form_refuses_the_same_problem():
 
 def test_the_bound_counts_every_case_the_evaluator_holds():
     from core.backends.base import DeviceInfo
-    from core.run.bounds import GiB, HEADROOM, OVERHEAD, problem_need_bytes
+    from core.evaluation.bounds import GiB, HEADROOM, OVERHEAD, problem_need_bytes
     from core.workloads import get_workload
 
     gemm = get_workload("gemm")

@@ -339,17 +339,26 @@ def test_the_repack_time_is_stored_in_duckdb(evaluated, tmp_path):
 
 
 def _downgrade_to_v3(path) -> None:
-    """What a run folder written before schema 4 holds: no repack_us column, version 3."""
+    """What a run folder written before schema 4 holds: none of the columns added since (repack_us,
+    then schema 6's paired-timing columns), version 3."""
+    from store.schema import ADDED
+
+    later = ["repack_us"] + [name for name, _ in ADDED["individuals"][ADDED["individuals"].index(("repack_us", "DOUBLE")) + 1:]]
+    later_gens = [name for name, _ in ADDED["generations"] if name.startswith("champion_speedup") or
+                  name in ("champion_noisy", "cache")]
     con = duckdb.connect(str(path / "run.duckdb"))
     try:
-        con.execute("ALTER TABLE individuals DROP COLUMN repack_us")
+        for name in later:
+            con.execute(f"ALTER TABLE individuals DROP COLUMN {name}")
+        for name in later_gens:
+            con.execute(f"ALTER TABLE generations DROP COLUMN {name}")
         con.execute("UPDATE schema_version SET version = 3")
         con.execute("CHECKPOINT")
     finally:
         con.close()
     for part in (path / "live" / "individuals").glob("*.parquet"):
         table = pq.read_table(part)
-        pq.write_table(table.drop(["repack_us"]), part)
+        pq.write_table(table.drop([n for n in later if n in table.column_names]), part)
 
 
 def test_a_run_folder_of_schema_3_still_opens_and_resumes(tmp_path):

@@ -248,7 +248,7 @@ def describe_exit(exitcode: int | None) -> str:
 def _child_main(conn: Any, spec: dict, log_path: str) -> None:
     """Entry point of the evaluator process: isolate, build the server, serve until told to exit.
 
-    ``spec["limits"]`` (optional; the evaluator passes ``core.run.bounds.sandbox_limits``, empty on a
+    ``spec["limits"]`` (optional; the evaluator passes ``core.evaluation.bounds.sandbox_limits``, empty on a
     GPU) bounds the process: ``file_size_bytes`` (RLIMIT_FSIZE, from the start), ``address_space_bytes``
     (RLIMIT_AS: what is mapped once the server is built plus this; never for a GPU backend) and
     ``cpu_seconds`` (RLIMIT_CPU, re-armed before each request). A limit that fires kills the child

@@ -85,9 +85,9 @@ def example_problem(workload: str, backend: str, problem: dict) -> dict:
 
 def checked_problem(manifest: dict, text: str | None, device: int) -> dict:
     """The manifest's problem with the ``--problem`` JSON over it, validated as the CLI validates it:
-    the workload's own settings and bounds, and the memory bound (:func:`core.run.bounds.check_fits`).
+    the workload's own settings and bounds, and the memory bound (:func:`core.evaluation.bounds.check_fits`).
     ValueError, one line, when it is not."""
-    from core.run.bounds import check_fits
+    from core.evaluation.bounds import check_fits
     from core.workloads import get_workload
 
     try:

@@ -178,7 +178,7 @@ class Checker:
         except ConfigError as exc:
             raise CheckInputError(str(exc)) from None
         try:
-            from core.run.bounds import check_fits  # a problem too big for the device's memory is bad input
+            from core.evaluation.bounds import check_fits  # a problem too big for the device's memory is bad input
         except ImportError:
             check_fits = None
         if check_fits is not None:
