@@ -361,7 +361,7 @@ def synthetic_server(tmp_path_factory):
     with open(runs / live / "worker.log", "a") as log:
         log.write("gen 3 (4/6 done) " + "a-long-worker-log-line-" * 12 + "THE-END\n")
     port = free_port()
-    env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs), ABEBOT_REFRESH_S="1")
+    env = dict(os.environ, ABEBOT_RUNS_DIR=str(runs), ABEBOT_REFRESH_S="1", ABEBOT_NO_TOKEN="1")
     log = open(tmp / "streamlit.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "dashboard.serve", "--server.port", str(port),
                              "--server.headless", "true", "--server.address", "127.0.0.1",
