@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="continue a stopped, killed or crashed run")
     resume.add_argument("run_id")
     resume.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
+    repair = sub.add_parser("repair", help="rebuild a run's live/ Parquet files from its run.duckdb")
+    repair.add_argument("run_id")
+    repair.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
     runs = sub.add_parser("runs", help="table of runs")
     runs.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
     sub.add_parser("workloads", help="workloads and the backends available on this machine")
@@ -240,6 +243,29 @@ def _work(writer, cfg: RunConfig, target: Path, runs_dir: Path) -> int:
         writer.close()
 
 
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Read every live/ file in full and rewrite the damaged or missing ones from run.duckdb."""
+    from store.run_file import RunLocked
+    from store.writer import RunWriter
+
+    target = existing_run(args)
+    try:
+        writer = RunWriter.open(target)  # opening repairs live/; repair_live reads it all again and reports
+    except RunLocked as exc:
+        raise UsageError(f"{exc}: its worker repairs live/ itself at its next commit") from None
+    names = list(writer.repaired)
+    try:
+        names += writer.repair_live()
+    finally:
+        writer.close()
+    if names:
+        names = sorted(set(names))
+        print(f"run {args.run_id}: live/ rebuilt from run.duckdb ({len(names)} file(s): {', '.join(names)})")
+    else:
+        print(f"run {args.run_id}: live/ matches run.duckdb; nothing to repair")
+    return 0
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     from store.runs import list_runs
 
@@ -312,7 +338,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "bench": cmd_bench, "resume": cmd_resume, "runs": cmd_runs, "workloads": cmd_workloads, "export": cmd_export}
+COMMANDS = {"run": cmd_run, "bench": cmd_bench, "resume": cmd_resume, "repair": cmd_repair, "runs": cmd_runs,
+            "workloads": cmd_workloads, "export": cmd_export}
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from dashboard.launch import relaunch_state
 from dashboard.meta import load_meta, save_meta
 from dashboard.runs import all_runs, load_json, resolve
 from dashboard.settings import runs_dir
+from store.reader import LiveDamaged
 
 ui.ensure_navigation()
 
@@ -79,7 +80,11 @@ for rid in chosen:
     path = resolve(runs, rid, ids)
     if path is None:
         continue
-    gens = ui.generations(str(path), ui.signature(path))
+    try:
+        gens = ui.generations(str(path), ui.signature(path))
+    except LiveDamaged as exc:
+        st.caption(str(exc))
+        continue
     if not gens.empty:
         curves[rid] = data.fitness_curves(gens)
 plotly_basic.chart(st, charts.compare_runs(curves), "compare_chart")

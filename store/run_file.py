@@ -33,6 +33,10 @@ def connect(db: Path) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(db), config={"memory_limit": memory_limit()})
 
 
+class RunLocked(StoreError):
+    """Another live process holds the run's ``worker.lock``."""
+
+
 def lock(path: Path, run_id: str) -> tuple[int, bool]:
     """flock ``worker.lock``; StoreError naming the holder's pid when another process writes the run."""
     lock = path / LOCK
@@ -43,7 +47,7 @@ def lock(path: Path, run_id: str) -> tuple[int, bool]:
     except OSError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise StoreError(f"run {run_id} is already being written by pid {holder}") from None
+        raise RunLocked(f"run {run_id} is already being written by pid {holder}") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd, created
