@@ -57,8 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(run)
     run.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="folder holding one folder per run")
     run.add_argument("--run-id", default=None, help="id for the new run (default: generated)")
-    resume = sub.add_parser("resume", help="continue a stopped, killed or crashed run")
+    resume = sub.add_parser("resume", help="continue a stopped, paused, killed or crashed run")
     resume.add_argument("run_id")
+    resume.add_argument("--keep-paused", action="store_true",
+                        help="a run paused (or stopped) from the dashboard resumes paused, waiting for Resume there")
     resume.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
     repair = sub.add_parser("repair", help="rebuild a run's live/ Parquet files from its run.duckdb")
     repair.add_argument("run_id")
@@ -116,11 +118,13 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def _config_file(path: str) -> dict:
     """The JSON object in ``path`` (ConfigError, one line, when it is unreadable or not an object)."""
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = json.loads(_read_small(Path(path)))
     except OSError as exc:
         raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--config {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except ValueError as exc:  # too large, not UTF-8
+        raise ConfigError(f"--config {path}: {_first_line(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path} must hold a JSON object of settings")
     return raw
@@ -201,25 +205,87 @@ def hold_devices(runs_dir: Path, cfg: RunConfig, holder: str):
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a run from its last committed generation.
+
+    A pause or stop left in ``control.json`` (from the dashboard) is cleared, saying so, once this
+    process holds the run: resuming means running. ``--keep-paused`` keeps (or makes) it paused.
+    """
     from core.run.bounds import check_fits
     from store.writer import RunWriter
 
     runs_dir = Path(args.runs_dir)
     target = existing_run(args)
     try:
-        cfg = RunConfig.from_dict(json.loads((target / "config.json").read_text()))
+        cfg = RunConfig.from_dict(json.loads(_read_small(target / "config.json")))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"run {args.run_id!r} has an unreadable config.json: {exc}") from None
+        raise UsageError(f"run {args.run_id!r} has an unreadable config.json: {_first_line(exc)}") from None
     finished = _finished(target)
     if finished:  # nothing to continue: say so, measure nothing, change nothing
         print(finished, flush=True)
         return 0
+    _same_run(target, cfg)
     if not cfg.cluster:  # ProblemTooBig (exit 2): the machine may have less memory free than when it started
         check_fits(cfg)
     with hold_devices(runs_dir, cfg, f"run {args.run_id} (resumed)"):  # DeviceBusy: exit 2
         writer = RunWriter.open(target)
         print(f"run {args.run_id}", flush=True)
+        note = _take_control(target, bool(getattr(args, "keep_paused", False)))
+        if note:
+            print(note, flush=True)
         return _work(writer, cfg, target, runs_dir)
+
+
+def _take_control(target: Path, keep_paused: bool) -> str | None:
+    """Clear a pause or stop the dashboard left for the run (we hold its lock: no worker reads it
+    now); with ``keep_paused`` leave it paused instead. The line to print, or None."""
+    from store.control import read_control, write_control
+
+    pending = read_control(target)
+    if keep_paused:
+        if pending != "pause":
+            write_control(target, "pause")
+        return "resuming paused (--keep-paused): Resume it from the dashboard's Monitor page"
+    if pending in ("pause", "stop"):
+        write_control(target, "resume")
+        asked = "paused" if pending == "pause" else "stopped"
+        return f"control.json asked the run to be {asked}; cleared: resuming (--keep-paused keeps a run paused)"
+    return None
+
+
+# What makes a run the run it is: resuming with another of these in config.json would mix two runs.
+IDENTITY = ("workload", "backend", "problem", "weights")
+
+
+def _same_run(target: Path, cfg: RunConfig) -> None:
+    """UsageError when config.json was edited to another run (workload, backend, problem, weights)
+    than the one its database holds."""
+    from store.run_file import stored_config
+
+    stored = stored_config(target / "run.duckdb")
+    if stored is None:
+        return  # unreadable here: RunWriter.open says why, or the worker's lock refuses us
+    try:
+        was = RunConfig.from_dict(stored)
+    except ValueError:
+        return
+    changed = [name for name in IDENTITY if getattr(was, name) != getattr(cfg, name)]
+    if changed:
+        name = changed[0]
+        raise UsageError(f"run {target.name}: config.json says {name} {getattr(cfg, name)!r}, but the run evolved "
+                         f"{name} {getattr(was, name)!r}; restore config.json or start a new run")
+
+
+def _read_small(path: Path, limit: int = 1 << 20) -> str:
+    """The text of a settings file, refusing one larger than ``limit`` bytes (or endless, as /dev/zero)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit >> 20} MiB: not a settings file")
+    return data.decode("utf-8", errors="strict")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def _finished(target: Path) -> str | None:

@@ -60,3 +60,23 @@ def unlock(fd: int, remove: Path | None = None) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def stored_config(db: Path) -> dict | None:
+    """The configuration a run was created with (its ``runs`` row), read from ``run.duckdb`` opened
+    read-only for the moment; None when the database cannot be read (missing, corrupt, or open in a
+    live worker: then the worker's lock refuses the caller anyway)."""
+    import json
+
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        row = con.execute("SELECT config FROM runs LIMIT 1").fetchone()
+        value = json.loads(row[0]) if row and row[0] else None
+    except (duckdb.Error, ValueError):
+        return None
+    finally:
+        con.close()
+    return value if isinstance(value, dict) else None
