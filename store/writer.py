@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from store.reader import Part, live_parts
 from store.run_file import connect, lock, memory_limit, unlock
 from store.runs import (CONFIG, DB, HEARTBEAT, LIVE, LOCK, STATUSES, atomic_write_bytes, atomic_write_json,
-                        fsync_dir, read_json, run_dir, this_process)
+                        fsync_dir, read_json, run_dir, this_process, write_reserved)
 from store.schema import (SCHEMA_VERSION, StoreError, arrow_schema, ddl, migrate, select_list, stored_terms, term_names,
                           to_arrow)
 
@@ -165,9 +165,12 @@ class RunWriter:
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r} (choose from: {', '.join(STATUSES)})")
         with self._mutex:
-            self._db.execute("UPDATE runs SET status = ?, message = ?, updated_at = ?", [status, message, time.time()])
             self._status, self._message = status, message
-            self.heartbeat()
+            try:  # the heartbeat says it even when the database cannot (a full disk): the dashboard reads that
+                self._db.execute("UPDATE runs SET status = ?, message = ?, updated_at = ?",
+                                 [status, message, time.time()])
+            finally:
+                self.heartbeat()
 
     def heartbeat(self, **fields: Any) -> None:
         """Rewrite heartbeat.json atomically: run_id, pid, host, status, generation (the last committed;
@@ -189,7 +192,8 @@ class RunWriter:
                       generation=self._generation, created_at=self._created_at, updated_at=time.time())
             if hb["generation"] is None:  # nothing committed yet: absent, not null
                 del hb["generation"]
-            atomic_write_json(self.path / HEARTBEAT, hb, durable=False)
+            # in reserved space: a worker paused on a full disk still says so (store/runs.py)
+            write_reserved(self.path / HEARTBEAT, json.dumps(hb, indent=1, sort_keys=True, default=str).encode())
 
     # -- generations -------------------------------------------------------------------------------
     def last_state(self) -> tuple[int, dict] | None:

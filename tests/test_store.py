@@ -374,6 +374,7 @@ def test_dead_when_worker_gone_or_silent(store_impl, writer):
     r = store_impl.reader(writer.path)
     hb_path = writer.path / "heartbeat.json"
     hb = json.loads(hb_path.read_text())
+    writer.close()  # the lock released, as by a worker that exited (a held lock is alive: test_runs_liveness.py)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     hb_path.write_text(json.dumps({**hb, "pid": gone.pid, "pid_start": None}))
