@@ -196,10 +196,11 @@ def run_slots(cfg: RunConfig) -> list:
 @contextlib.contextmanager
 def hold_devices(runs_dir: Path, cfg: RunConfig, holder: str):
     """The device lock of every device the run evaluates on (DeviceBusy, exit 2, for one taken)."""
-    from core.run.device_lock import hold_device
+    from core.run.device_lock import cluster_devices, hold_device
 
+    on_cluster = cluster_devices(cfg.cluster, cfg.device)  # local:N holds its device here, like any run
     with contextlib.ExitStack() as stack:
-        for index in sorted({slot.index for slot in run_slots(cfg)} if not cfg.cluster else ()):
+        for index in sorted({slot.index for slot in run_slots(cfg)} if on_cluster is None else on_cluster):
             stack.enter_context(hold_device(runs_dir, cfg.backend, index, holder))
         yield
 
