@@ -100,13 +100,14 @@ class RunWorker:
         from core.evaluation.cluster import make_evaluator
         from store.control import read_control
 
-        previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
-        signal.signal(signal.SIGTERM, _raise_interrupted)
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         beat_thread = threading.Thread(target=self._beat_forever, daemon=True)
         evaluator = make_evaluator(self.config, self.runs_dir / ".cache", log=self.log, log_path=self.run_dir / "sandbox.log",
                               progress=lambda done, total: self.heartbeat(phase=f"measured {done} of {total} candidates"))
         if hasattr(evaluator, "on_disk_full"):
             evaluator.on_disk_full = self._compile_found_disk_full
+        for sig in previous:
+            signal.signal(sig, _raise_interrupted)
         try:
             self._set_status("running")
             self.heartbeat(phase="measuring baseline", started_at=time.time())
@@ -139,10 +140,13 @@ class RunWorker:
             logging.getLogger(f"abebot.run.{self.run_dir.name}").exception("worker failed")
             raise
         finally:
+            for sig in previous:  # a signal now would cut the cleanup short: the status is saved already
+                signal.signal(sig, signal.SIG_IGN)
             self._stop_beat.set()
             evaluator.close()
             self.heartbeat(phase="")
-            signal.signal(signal.SIGTERM, previous[signal.SIGTERM])
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _set_status(self, status: str, message: str = "") -> None:
         try:
@@ -363,4 +367,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _raise_interrupted(signum, frame):  # noqa: ARG001 - signal handler signature
+    """The first SIGTERM or SIGINT interrupts the run; later ones are ignored until :meth:`RunWorker.run`
+    restores the handlers, so a second signal cannot cut short the saving of the ``stopped`` status
+    (it made the worker exit 1 with the status left ``running``)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     raise Interrupted()
