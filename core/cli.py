@@ -165,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_fits(cfg, devices[cfg.device])  # ProblemTooBig (exit 2) before anything is written
         run_slots(cfg)  # UsageError (exit 2) for devices this machine does not have
     runs_dir = Path(args.runs_dir)
-    run_id = args.run_id or new_run_id(cfg.workload, cfg.backend)
+    run_id = args.run_id if args.run_id is not None else new_run_id(cfg.workload, cfg.backend)
     target = run_dir(runs_dir, run_id)
     if target.exists():
         raise UsageError(f"run {run_id!r} already exists in {runs_dir}")
@@ -262,9 +262,9 @@ def _same_run(target: Path, cfg: RunConfig) -> None:
     than the one its database holds."""
     from store.run_file import stored_config
 
-    stored = stored_config(target / "run.duckdb")
+    stored = stored_config(target / "run.duckdb")  # StoreError (exit 2) when missing or corrupt
     if stored is None:
-        return  # unreadable here: RunWriter.open says why, or the worker's lock refuses us
+        return  # a live worker holds it: its lock refuses us
     try:
         was = RunConfig.from_dict(stored)
     except ValueError:
@@ -315,7 +315,10 @@ def cmd_repair(args: argparse.Namespace) -> int:
     from store.run_file import RunLocked
     from store.writer import RunWriter
 
+    from store.run_file import stored_config
+
     target = existing_run(args)
+    stored_config(target / "run.duckdb")  # a missing or corrupt database: StoreError, before anything is touched
     try:
         writer = RunWriter.open(target)  # opening repairs live/; repair_live reads it all again and reports
     except RunLocked as exc:
@@ -381,6 +384,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from core.tools.export import export_champions
 
     target = existing_run(args)
+    if not 1 <= args.k <= 10_000:
+        raise UsageError("-k must be from 1 to 10000")
     out = export_champions(target, Path(args.out), which=args.which, k=args.k)
     print(f"exported to {out}")
     return 0

@@ -64,19 +64,30 @@ def unlock(fd: int, remove: Path | None = None) -> None:
 
 def stored_config(db: Path) -> dict | None:
     """The configuration a run was created with (its ``runs`` row), read from ``run.duckdb`` opened
-    read-only for the moment; None when the database cannot be read (missing, corrupt, or open in a
-    live worker: then the worker's lock refuses the caller anyway)."""
+    read-only for the moment, writing nothing; None when a live worker holds the database (its
+    lock refuses the caller anyway). StoreError (one line) when it is missing or unreadable."""
     import json
 
+    name = db.parent.name
+    if not db.is_file():
+        raise StoreError(f"run {name}: run.duckdb is missing")
     try:
         con = duckdb.connect(str(db), read_only=True)
-    except duckdb.Error:
-        return None
+    except duckdb.Error as exc:
+        if "lock" in str(exc).lower():
+            return None
+        raise StoreError(f"run {name}: run.duckdb is corrupt or unreadable ({_first_line(exc)})") from None
     try:
         row = con.execute("SELECT config FROM runs LIMIT 1").fetchone()
         value = json.loads(row[0]) if row and row[0] else None
-    except (duckdb.Error, ValueError):
-        return None
+    except (duckdb.Error, ValueError) as exc:
+        raise StoreError(f"run {name}: run.duckdb is corrupt or unreadable ({_first_line(exc)})") from None
     finally:
         con.close()
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        raise StoreError(f"run {name}: run.duckdb has no run record")
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
