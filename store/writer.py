@@ -32,11 +32,19 @@ from store.schema import (SCHEMA_VERSION, StoreError, arrow_schema, ddl, migrate
 log = logging.getLogger(__name__)
 _OWN_FIELDS = {"run_id", "pid", "host", "pid_start", "status", "message", "generation", "created_at", "updated_at"}
 COMPACT_EVERY = 64  # per-generation Parquet files merged into one chunk, so readers glob ~N/64 files
+# The database instance keeps memory that grows with the run whatever its memory_limit (about 2 kB per
+# individual, the rate the file grows: issue 36); closing it gives that back, so the writer reopens its
+# connection (a CHECKPOINT, a close and an open: tens of milliseconds) every REOPEN_EVERY commits or
+# REOPEN_ROWS individual rows, whichever comes first.
+REOPEN_EVERY = 256
+REOPEN_ROWS = 16_384
 KEEP_STATES = 4  # GA states kept (all genomes stay in ``individuals``; a state holds the RNG too)
 class RunWriter:
     """Writes one run. Holds ``worker.lock`` (flock) from create/open until :meth:`close`."""
 
     compact_every = COMPACT_EVERY
+    reopen_every = REOPEN_EVERY
+    reopen_rows = REOPEN_ROWS
 
     def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, lock_fd: int):
         self.path, self._con, self._lock_fd = path, con, lock_fd
@@ -47,6 +55,7 @@ class RunWriter:
         self.terms = stored_terms(con)  # the run's objectives: its individuals table's <name>_term columns
         self._hb: dict[str, Any] = {}
         self._live_dirty = False
+        self._commits = self._rows = 0  # since the database was (re)opened: :data:`REOPEN_EVERY`
         self._seen: dict[Path, tuple[int, int, int]] = {}  # live files as written or verified: their stat
         self.repaired: list[str] = []  # live files rewritten or removed because they were damaged or stray
 
@@ -285,8 +294,24 @@ class RunWriter:
                     con.unregister(name)
             self._generation = generation
             self._mirror(generation, ind, new, baseline_text)
+            self._commits, self._rows = self._commits + 1, self._rows + ind.num_rows
+            if self._commits >= self.reopen_every or self._rows >= self.reopen_rows:
+                self._reopen()
             best = summary.get("best_fitness")
             self.heartbeat(best_fitness=best if best is None else float(best))
+
+    def _reopen(self) -> None:
+        """Checkpoint, close and open the database again (see :data:`REOPEN_EVERY`). A checkpoint that
+        fails (a full disk) leaves the connection as it is; the WAL keeps every commit either way."""
+        try:
+            self._db.execute("CHECKPOINT")
+        except duckdb.Error as exc:
+            log.warning("run %s: checkpoint before reopening the database failed: %s", self.run_id, exc)
+            return
+        self._con.close()
+        self._con = None
+        self._con = connect(self.path / DB)
+        self._commits = self._rows = 0
 
     # -- live/ mirror ------------------------------------------------------------------------------
     @property
