@@ -2,8 +2,14 @@
 ``python -m dashboard.serve`` (what scripts/dashboard.sh runs: the same, warmed up at server start)."""
 from __future__ import annotations
 
+import streamlit as st
+
 # `core`, `store`, `dashboard` come from the installed project (`pip install -e .`, which
 # scripts/dashboard.sh and scripts/test.sh run), or from the repo root when started there.
 from dashboard.nav import run, setup
+from store.reader import LiveDamaged
 
-run(setup())  # a "Loading <page>…" line at once on a page's first visit, until the page has run
+try:
+    run(setup())  # a "Loading <page>…" line at once on a page's first visit, until the page has run
+except LiveDamaged as exc:  # a damaged live/ file: one line until the worker (or a resume, or repair) rewrites it
+    st.info(str(exc), icon=":material/build:")

@@ -57,9 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(run)
     run.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="folder holding one folder per run")
     run.add_argument("--run-id", default=None, help="id for the new run (default: generated)")
-    resume = sub.add_parser("resume", help="continue a stopped, killed or crashed run")
+    resume = sub.add_parser("resume", help="continue a stopped, paused, killed or crashed run")
     resume.add_argument("run_id")
+    resume.add_argument("--keep-paused", action="store_true",
+                        help="a run paused (or stopped) from the dashboard resumes paused, waiting for Resume there")
     resume.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
+    repair = sub.add_parser("repair", help="rebuild a run's live/ Parquet files from its run.duckdb")
+    repair.add_argument("run_id")
+    repair.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
     runs = sub.add_parser("runs", help="table of runs")
     runs.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
     sub.add_parser("workloads", help="workloads and the backends available on this machine")
@@ -116,11 +121,13 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def _config_file(path: str) -> dict:
     """The JSON object in ``path`` (ConfigError, one line, when it is unreadable or not an object)."""
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = json.loads(_read_small(Path(path)))
     except OSError as exc:
         raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--config {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except ValueError as exc:  # too large, not UTF-8
+        raise ConfigError(f"--config {path}: {_first_line(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path} must hold a JSON object of settings")
     return raw
@@ -161,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_fits(cfg, devices[cfg.device])  # ProblemTooBig (exit 2) before anything is written
         run_slots(cfg)  # UsageError (exit 2) for devices this machine does not have
     runs_dir = Path(args.runs_dir)
-    run_id = args.run_id or new_run_id(cfg.workload, cfg.backend)
+    run_id = args.run_id if args.run_id is not None else new_run_id(cfg.workload, cfg.backend)
     target = run_dir(runs_dir, run_id)
     if target.exists():
         raise UsageError(f"run {run_id!r} already exists in {runs_dir}")
@@ -192,34 +199,97 @@ def run_slots(cfg: RunConfig) -> list:
 @contextlib.contextmanager
 def hold_devices(runs_dir: Path, cfg: RunConfig, holder: str):
     """The device lock of every device the run evaluates on (DeviceBusy, exit 2, for one taken)."""
-    from core.run.device_lock import hold_device
+    from core.run.device_lock import cluster_devices, hold_device
 
+    on_cluster = cluster_devices(cfg.cluster, cfg.device)  # local:N holds its device here, like any run
     with contextlib.ExitStack() as stack:
-        for index in sorted({slot.index for slot in run_slots(cfg)} if not cfg.cluster else ()):
+        for index in sorted({slot.index for slot in run_slots(cfg)} if on_cluster is None else on_cluster):
             stack.enter_context(hold_device(runs_dir, cfg.backend, index, holder))
         yield
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a run from its last committed generation.
+
+    A pause or stop left in ``control.json`` (from the dashboard) is cleared, saying so, once this
+    process holds the run: resuming means running. ``--keep-paused`` keeps (or makes) it paused.
+    """
     from core.evaluation.bounds import check_fits
     from store.writer import RunWriter
 
     runs_dir = Path(args.runs_dir)
     target = existing_run(args)
     try:
-        cfg = RunConfig.from_dict(json.loads((target / "config.json").read_text()))
+        cfg = RunConfig.from_dict(json.loads(_read_small(target / "config.json")))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"run {args.run_id!r} has an unreadable config.json: {exc}") from None
+        raise UsageError(f"run {args.run_id!r} has an unreadable config.json: {_first_line(exc)}") from None
     finished = _finished(target)
     if finished:  # nothing to continue: say so, measure nothing, change nothing
         print(finished, flush=True)
         return 0
+    _same_run(target, cfg)
     if not cfg.cluster:  # ProblemTooBig (exit 2): the machine may have less memory free than when it started
         check_fits(cfg)
     with hold_devices(runs_dir, cfg, f"run {args.run_id} (resumed)"):  # DeviceBusy: exit 2
         writer = RunWriter.open(target)
         print(f"run {args.run_id}", flush=True)
+        note = _take_control(target, bool(getattr(args, "keep_paused", False)))
+        if note:
+            print(note, flush=True)
         return _work(writer, cfg, target, runs_dir)
+
+
+def _take_control(target: Path, keep_paused: bool) -> str | None:
+    """Clear a pause or stop the dashboard left for the run (we hold its lock: no worker reads it
+    now); with ``keep_paused`` leave it paused instead. The line to print, or None."""
+    from store.control import read_control, write_control
+
+    pending = read_control(target)
+    if keep_paused:
+        if pending != "pause":
+            write_control(target, "pause")
+        return "resuming paused (--keep-paused): Resume it from the dashboard's Monitor page"
+    if pending in ("pause", "stop"):
+        write_control(target, "resume")
+        asked = "paused" if pending == "pause" else "stopped"
+        return f"control.json asked the run to be {asked}; cleared: resuming (--keep-paused keeps a run paused)"
+    return None
+
+
+# What makes a run the run it is: resuming with another of these in config.json would mix two runs.
+IDENTITY = ("workload", "backend", "problem", "weights")
+
+
+def _same_run(target: Path, cfg: RunConfig) -> None:
+    """UsageError when config.json was edited to another run (workload, backend, problem, weights)
+    than the one its database holds."""
+    from store.run_file import stored_config
+
+    stored = stored_config(target / "run.duckdb")  # StoreError (exit 2) when missing or corrupt
+    if stored is None:
+        return  # a live worker holds it: its lock refuses us
+    try:
+        was = RunConfig.from_dict(stored)
+    except ValueError:
+        return
+    changed = [name for name in IDENTITY if getattr(was, name) != getattr(cfg, name)]
+    if changed:
+        name = changed[0]
+        raise UsageError(f"run {target.name}: config.json says {name} {getattr(cfg, name)!r}, but the run evolved "
+                         f"{name} {getattr(was, name)!r}; restore config.json or start a new run")
+
+
+def _read_small(path: Path, limit: int = 1 << 20) -> str:
+    """The text of a settings file, refusing one larger than ``limit`` bytes (or endless, as /dev/zero)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit >> 20} MiB: not a settings file")
+    return data.decode("utf-8", errors="strict")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def _finished(target: Path) -> str | None:
@@ -241,6 +311,32 @@ def _work(writer, cfg: RunConfig, target: Path, runs_dir: Path) -> int:
         return RunWorker(writer, cfg, target, runs_dir, echo=lambda line: print(line, flush=True)).run()
     finally:
         writer.close()
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Read every live/ file in full and rewrite the damaged or missing ones from run.duckdb."""
+    from store.run_file import RunLocked
+    from store.writer import RunWriter
+
+    from store.run_file import stored_config
+
+    target = existing_run(args)
+    stored_config(target / "run.duckdb")  # a missing or corrupt database: StoreError, before anything is touched
+    try:
+        writer = RunWriter.open(target)  # opening repairs live/; repair_live reads it all again and reports
+    except RunLocked as exc:
+        raise UsageError(f"{exc}: its worker repairs live/ itself at its next commit") from None
+    names = list(writer.repaired)
+    try:
+        names += writer.repair_live()
+    finally:
+        writer.close()
+    if names:
+        names = sorted(set(names))
+        print(f"run {args.run_id}: live/ rebuilt from run.duckdb ({len(names)} file(s): {', '.join(names)})")
+    else:
+        print(f"run {args.run_id}: live/ matches run.duckdb; nothing to repair")
+    return 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -297,6 +393,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from core.tools.export import export_champions
 
     target = existing_run(args)
+    if not 1 <= args.k <= 10_000:
+        raise UsageError("-k must be from 1 to 10000")
     out = export_champions(target, Path(args.out), which=args.which, k=args.k)
     print(f"exported to {out}")
     return 0
@@ -325,7 +423,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "bench": cmd_bench, "resume": cmd_resume, "runs": cmd_runs, "workloads": cmd_workloads, "export": cmd_export}
+COMMANDS = {"run": cmd_run, "bench": cmd_bench, "resume": cmd_resume, "repair": cmd_repair, "runs": cmd_runs,
+            "workloads": cmd_workloads, "export": cmd_export}
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ class RunConfig:
 
     workload: str = _f("gemm", "kernel family to evolve")
     backend: str = _f("c", "code generator: c (CPU), cuda (CUDA C via NVRTC) or triton")
-    device: int = _f(0, "device index for the backend", min=0)
+    device: int = _f(0, "device index for the backend", min=0, max=4095)
     devices: str = _f("", "devices to spread the evaluations over: indices such as 0,1 or all (empty: --device "
                           "only); on the CPU backend N entries split the cores into N disjoint core sets")
     cluster: str = _f("", "evaluate on a Dask cluster: a scheduler address (tcp://host:8786) or local:N for N local "
@@ -42,18 +42,19 @@ class RunConfig:
                          min=2, max=4096)
     generations: int = _f(8, "generations to run (0 = until --hours runs out)", min=0, max=1_000_000)
     hours: float = _f(0.0, "wall-clock budget in hours (0 = no limit)", min=0.0, max=10_000.0)
-    seed: int = _f(0, "random seed: the same seed on the same machine gives the same genomes", min=0)
+    seed: int = _f(0, "random seed: the same seed on the same machine gives the same genomes", min=0, max=2**63 - 1)
     weights: dict = field(default_factory=default_weights, metadata={
         "help": "fitness weight per objective, e.g. {\"time\": 0.6, \"memory\": 0.3, \"stability\": 0.1}; "
                 "an objective left out weighs 0"})
     mutation_rate: float = _f(0.2, "probability that each gene of a child mutates", min=0.0, max=1.0)
     crossover_rate: float = _f(0.9, "probability that a child is a crossover of two parents", min=0.0, max=1.0)
-    elites: int = _f(2, "best individuals carried unchanged into the next generation", min=0)
+    elites: int = _f(2, "best individuals carried unchanged into the next generation", min=0, max=4095)
     parent_fraction: float = _f(0.1, "fraction of the population used as parents (top10 selection)", min=0.01, max=1.0)
     selection: str = _f("top10", "parent selection: top10 (the seed), tournament or nsga2", choices=SELECTIONS)
     tournament_size: int = _f(3, "contestants per tournament", min=2, max=64)
     stability_launches: int = _f(20, "repeated launches for the stability test", min=2, max=100_000)
-    timeout_s: float = _f(30.0, "seconds one candidate may take before it is killed as an endless loop", min=1.0)
+    timeout_s: float = _f(30.0, "seconds one candidate may take before it is killed as an endless loop", min=1.0,
+                          max=86_400.0)
     compile_workers: int = _f(0, "parallel compiles (0 = one per CPU core)", min=0, max=256)
     problem: dict = field(default_factory=dict, metadata={"help": "problem sizes, e.g. {\"m\": 512} (workload defaults fill the rest)"})
     init: str = _f("seeds", "initial population: seeds (the hand-written seed genomes, then random ones) or random "
@@ -109,8 +110,8 @@ def validate(cfg: RunConfig) -> RunConfig:
             object.__setattr__(cfg, f.name, value)
         if not isinstance(value, want) or isinstance(value, bool):
             raise ConfigError(f"{f.name} must be {want.__name__}, got {value!r}")
-        if value != value:  # NaN
-            raise ConfigError(f"{f.name} must be a number")
+        if value != value or value in (math.inf, -math.inf):  # NaN, inf: no setting is endless
+            raise ConfigError(f"{f.name} must be a finite number (got {value})")
         if "min" in meta and value < meta["min"]:
             raise ConfigError(f"{f.name} must be >= {meta['min']} (got {value})")
         if "max" in meta and value > meta["max"]:

@@ -220,9 +220,11 @@ def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
 
 def run_devices(cfg: RunConfig) -> list[int]:
     """The device indices a run holds: its ``devices`` (GPU indices; CPU core sets share device 0),
-    else its one ``device``; none for a run on a Dask cluster."""
+    else its one ``device``; on a Dask cluster its device for ``local:N``, none for a remote one."""
+    from core.run.device_lock import cluster_devices
+
     if cfg.cluster:
-        return []
+        return cluster_devices(cfg.cluster, cfg.device) or []
     from core.backends import backend_class
 
     if cfg.devices and backend_class(cfg.backend).device_kind != "cpu":

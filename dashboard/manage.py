@@ -14,7 +14,7 @@ from dashboard import data
 from dashboard.meta import load_meta
 from dashboard.runs import generations_done, load_json
 from dashboard.settings import LIVE_STATUSES
-from store.runs import effective_status, run_dir, speedup_text
+from store.runs import effective_status, lock_holder, run_dir, speedup_text
 
 ARCHIVE = ".archive"  # a dot folder: list_runs never lists it
 
@@ -61,15 +61,29 @@ def _flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
 
 
 def live_reason(runs: Path, run_id: str, launched_alive: bool = False) -> str | None:
-    """Why ``run_id`` must not be archived or deleted now, or None."""
-    status = effective_status(run_dir(runs, run_id))
+    """Why ``run_id`` must not be archived or deleted now, or None. A process holding the run's
+    worker.lock (a worker suspended, hung, or paused on a full disk with a stale or torn heartbeat)
+    keeps it, whatever the heartbeat says."""
+    folder = run_dir(runs, run_id)
+    status = effective_status(folder)
     if status in LIVE_STATUSES or launched_alive:
         return f"Run {run_id} is {status if status in LIVE_STATUSES else 'starting'}: stop it on Monitor first."
+    holder = lock_holder(folder)
+    if holder is not None:
+        return f"Run {run_id} is still held by its worker (pid {holder}): stop it on Monitor first."
     return None
 
 
+def _refuse_live(runs: Path, run_id: str) -> None:
+    reason = live_reason(runs, run_id)
+    if reason:
+        raise ValueError(reason)
+
+
 def archive(runs: Path, run_id: str) -> Path:
-    """Move a run folder to ``<runs>/.archive/<run_id>`` (out of every list, files kept)."""
+    """Move a run folder to ``<runs>/.archive/<run_id>`` (out of every list, files kept); ValueError
+    for a live run (checked again here: the page's check may be seconds old)."""
+    _refuse_live(runs, run_id)
     source = run_dir(runs, run_id)
     target_root = Path(runs).resolve() / ARCHIVE
     target_root.mkdir(exist_ok=True)
@@ -81,5 +95,6 @@ def archive(runs: Path, run_id: str) -> Path:
 
 
 def delete(runs: Path, run_id: str) -> None:
-    """Delete a run folder and everything in it."""
+    """Delete a run folder and everything in it; ValueError for a live run (checked again here)."""
+    _refuse_live(runs, run_id)
     shutil.rmtree(run_dir(runs, run_id))

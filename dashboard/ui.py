@@ -11,7 +11,7 @@ from dashboard.nav import ensure_navigation  # noqa: F401  (pages call ui.ensure
 from dashboard.names import md, run_name
 from dashboard.runs import all_runs, data_signature, resolve, run_label
 from dashboard.settings import LIVE_STATUSES, refresh_seconds, runs_dir
-from store.reader import RunReader
+from store.reader import RunReader, live_problem
 
 # Material icons (Streamlit's own font), not emoji: emoji are empty boxes on a minimal Debian.
 STATUS_ICON = {"running": ":material/play_circle:", "paused": ":material/pause_circle:",
@@ -93,6 +93,10 @@ def run_page(title: str, heading: bool = True) -> tuple[str, Path]:
         st.title(title)
     if picked is None:
         no_runs_message()
+        st.stop()
+    problem = live_problem(picked[1])
+    if problem:  # a damaged live/ file: one line until the worker, a resume or `repair` rewrites it
+        st.info(problem, icon=":material/build:")
         st.stop()
     return picked
 

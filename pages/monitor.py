@@ -8,7 +8,7 @@ from dashboard import launch as L
 from dashboard.names import md, run_name
 from dashboard.settings import LIVE_STATUSES, refresh_seconds, runs_dir
 from store.control import read_control, write_control
-from store.reader import RunReader
+from store.reader import LiveDamaged, RunReader
 from store.runs import champion_figure, speedup_text
 from store.schema import StoreError
 
@@ -163,4 +163,12 @@ def body() -> None:
 
 st.toggle("Wall-clock time on the x-axis", key="x_wall",
           help="Plot against the time each generation was committed instead of its number.")
-st.fragment(body, run_every=refresh_seconds() if live_now else None)()
+def live_body() -> None:
+    """:func:`body`, or the one line a damaged live/ file gives (a fragment rerun skips app.py's catch)."""
+    try:
+        body()
+    except LiveDamaged as exc:
+        st.info(str(exc), icon=":material/build:")
+
+
+st.fragment(live_body, run_every=refresh_seconds() if live_now else None)()

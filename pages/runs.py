@@ -11,6 +11,7 @@ from dashboard.meta import load_meta, save_meta
 from dashboard.names import md, titled
 from dashboard.runs import all_runs, load_json, resolve
 from dashboard.settings import runs_dir
+from store.reader import LiveDamaged
 from store.runs import champion_figure, speedup_text
 
 ui.ensure_navigation()
@@ -118,7 +119,11 @@ for rid in chosen:
     path = resolve(runs, rid, ids)
     if path is None:
         continue
-    gens = ui.generations(str(path), ui.signature(path))
+    try:
+        gens = ui.generations(str(path), ui.signature(path))
+    except LiveDamaged as exc:
+        st.caption(str(exc))
+        continue
     if not gens.empty:
         curves[rid] = data.fitness_curves(gens)
 # Each legend entry carries its run's champion figure: the paired speed-up, NOISY when marked (issue 27).

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import duckdb
 import pandas as pd
 
-from store.reader import _RETRIES, RunReader, live_parts, query_connection
+from store.reader import _RETRIES, DAMAGE, RunReader, live_damaged, live_parts, query_connection
 from store.runs import LIVE
 
 BASE = ["generation", "genome_hash", "origin", "status", "cause", "fitness", "time_us", "time_spread_us",
@@ -60,9 +60,9 @@ class IndividualsTable:
                     return 0
                 try:
                     return self._append(files)
-                except duckdb.IOException:  # compaction replaced files under us: list again
+                except DAMAGE as exc:  # compaction replaced files under us: list again
                     if attempt == _RETRIES - 1 or all(Path(f).exists() for f in files):
-                        raise
+                        raise live_damaged(self.folder, exc) from None
                     time.sleep(0.02 * (attempt + 1))
         return 0
 
@@ -263,13 +263,16 @@ def device_summary(folder: Path | str) -> pd.DataFrame:
         return empty
     con = query_connection()
     src = "read_parquet($files, union_by_name = true)"
-    present = {r[0] for r in con.sql(f"DESCRIBE SELECT * FROM {src}", params={"files": files}).fetchall()}
-    if "device" not in present:
-        return empty
-    out = con.sql(f"""SELECT device, count(*) AS evaluations,
-                             count(*) FILTER (WHERE status IN ('crashed', 'timeout')) AS crashed_or_timeout
-                      FROM {src} WHERE device IS NOT NULL AND NOT coalesce(reused, false)
-                                   AND NOT coalesce(remeasured, false)
-                      GROUP BY device ORDER BY device""", params={"files": files}).df()
+    try:
+        present = {r[0] for r in con.sql(f"DESCRIBE SELECT * FROM {src}", params={"files": files}).fetchall()}
+        if "device" not in present:
+            return empty
+        out = con.sql(f"""SELECT device, count(*) AS evaluations,
+                                 count(*) FILTER (WHERE status IN ('crashed', 'timeout')) AS crashed_or_timeout
+                          FROM {src} WHERE device IS NOT NULL AND NOT coalesce(reused, false)
+                                       AND NOT coalesce(remeasured, false)
+                          GROUP BY device ORDER BY device""", params={"files": files}).df()
+    except DAMAGE as exc:
+        raise live_damaged(reader.path, exc) from None
     out["share"] = out["evaluations"] / max(1, int(out["evaluations"].sum()))
     return out[["device", "evaluations", "share", "crashed_or_timeout"]]

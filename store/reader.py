@@ -5,6 +5,8 @@ in-memory DuckDB connection over ``read_parquet``. ``live/individuals/`` and ``l
 one ``gen_XXXXXXXX.parquet`` per generation until the writer merges a run of them into a
 ``chunk_FIRST_LAST.parquet``; a gen file a chunk covers is ignored, and since compaction deletes gen
 files while we may be reading them, a query whose file vanished is retried on a fresh listing.
+A live file that is there but unreadable (truncated, garbage) raises :class:`LiveDamaged`, one line
+for the page to show, until the writer rewrites it from ``run.duckdb``.
 """
 from __future__ import annotations
 
@@ -17,9 +19,67 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pyarrow.parquet as pq
 
 from store.runs import CONFIG, HEARTBEAT, LIVE, LOG, effective_status, read_json
 from store.schema import LEGACY_TERMS, StoreError, columns, empty_frame, fill_missing, term_names
+
+LIVE_REBUILDING = "this run's live files are being rebuilt"
+
+
+class LiveDamaged(StoreError):
+    """A ``live/`` Parquet file is damaged. The run's worker rewrites it from ``run.duckdb`` at its
+    next commit; a run with no worker at resume or ``python -m core repair RUN``. Its message is
+    one line for the page, starting with :data:`LIVE_REBUILDING`."""
+
+
+def live_damaged(run: Path, exc: BaseException) -> LiveDamaged:
+    """The one-line error a page shows for a read of ``run``'s live files that failed with ``exc``."""
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    detail = detail.replace(str(run / LIVE) + os.sep, "live/")[:160]
+    return LiveDamaged(f"{LIVE_REBUILDING} (run {run.name}: {detail}); a stopped run is repaired by resuming it "
+                       f"or by `python -m core repair {run.name}`")
+
+
+_FOOTERS: dict[str, tuple[tuple, str | None]] = {}  # live file -> (its stat, why it is unreadable or None)
+_FOOTERS_LOCK = threading.Lock()
+
+
+def live_problem(run: Path | str) -> str | None:
+    """The one line a page shows instead of its content when a live Parquet file of ``run`` is
+    unreadable (truncated, garbage: its footer does not parse), else None.
+
+    Cheap enough for every page run: a listing, a stat per file, and a footer read only for
+    files that changed since the last look (in this process).
+    """
+    run = Path(run)
+    files = [p.path for d in ("individuals", "kernels") for p in live_parts(run / LIVE / d)]
+    files.append(run / LIVE / "generations.parquet")
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            continue  # missing: the readers see fewer rows, not an error
+        sig = (st.st_size, st.st_mtime_ns, st.st_ino)
+        with _FOOTERS_LOCK:
+            seen = _FOOTERS.get(str(path))
+        if seen is None or seen[0] != sig:
+            try:
+                pq.read_metadata(path)
+                why = None
+            except Exception as exc:  # noqa: BLE001 - whatever pyarrow says, the file is unreadable
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            with _FOOTERS_LOCK:
+                if len(_FOOTERS) > 100_000:
+                    _FOOTERS.clear()
+                _FOOTERS[str(path)] = seen = (sig, why)
+        if seen[1] is not None:
+            return str(live_damaged(run, RuntimeError(f"{path.relative_to(run)}: {seen[1]}")))
+    return None
+
+
+# What DuckDB raises for a live file it cannot read: no magic bytes, too small, a bad page.
+DAMAGE = (duckdb.InvalidInputException, duckdb.IOException, duckdb.InternalException, duckdb.ConversionException)
 
 _PART = re.compile(r"^(?:gen_(\d{8})|chunk_(\d{8})_(\d{8}))\.parquet$")
 _RETRIES = 5
@@ -265,9 +325,9 @@ class RunReader:
                     return frame
                 frame = fill_missing(frame, dataset, cols, terms)
                 return frame[list(cols)] if cols else frame
-            except duckdb.IOException:
+            except DAMAGE as exc:
                 if attempt == _RETRIES - 1 or all(p.exists() for p in paths):
-                    raise
+                    raise live_damaged(self.path, exc) from None
                 time.sleep(0.02 * (attempt + 1))  # compaction replaced files under us: list again
         raise AssertionError("unreachable")
 

@@ -33,6 +33,10 @@ def connect(db: Path) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(db), config={"memory_limit": memory_limit()})
 
 
+class RunLocked(StoreError):
+    """Another live process holds the run's ``worker.lock``."""
+
+
 def lock(path: Path, run_id: str) -> tuple[int, bool]:
     """flock ``worker.lock``; StoreError naming the holder's pid when another process writes the run."""
     lock = path / LOCK
@@ -43,7 +47,7 @@ def lock(path: Path, run_id: str) -> tuple[int, bool]:
     except OSError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise StoreError(f"run {run_id} is already being written by pid {holder}") from None
+        raise RunLocked(f"run {run_id} is already being written by pid {holder}") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd, created
@@ -56,3 +60,34 @@ def unlock(fd: int, remove: Path | None = None) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def stored_config(db: Path) -> dict | None:
+    """The configuration a run was created with (its ``runs`` row), read from ``run.duckdb`` opened
+    read-only for the moment, writing nothing; None when a live worker holds the database (its
+    lock refuses the caller anyway). StoreError (one line) when it is missing or unreadable."""
+    import json
+
+    name = db.parent.name
+    if not db.is_file():
+        raise StoreError(f"run {name}: run.duckdb is missing")
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error as exc:
+        if "lock" in str(exc).lower():
+            return None
+        raise StoreError(f"run {name}: run.duckdb is corrupt or unreadable ({_first_line(exc)})") from None
+    try:
+        row = con.execute("SELECT config FROM runs LIMIT 1").fetchone()
+        value = json.loads(row[0]) if row and row[0] else None
+    except (duckdb.Error, ValueError) as exc:
+        raise StoreError(f"run {name}: run.duckdb is corrupt or unreadable ({_first_line(exc)})") from None
+    finally:
+        con.close()
+    if not isinstance(value, dict):
+        raise StoreError(f"run {name}: run.duckdb has no run record")
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]

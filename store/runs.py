@@ -14,6 +14,7 @@ Nothing here opens DuckDB, so the dashboard can list runs while they are written
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -88,6 +89,38 @@ def atomic_write_json(path: Path | str, obj: Any, durable: bool = True) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=1, sort_keys=True, default=str).encode(), durable)
 
 
+HEARTBEAT_RESERVE = 8192  # the heartbeat file's size: its blocks are reused when the disk is full
+
+
+def write_reserved(path: Path | str, data: bytes, reserve: int = HEARTBEAT_RESERVE) -> None:
+    """Replace ``path`` with ``data`` padded with spaces to a multiple of ``reserve`` bytes, atomically
+    (a temp file and a rename). When the disk is full (ENOSPC, EDQUOT) the file's own blocks are
+    overwritten in place instead, so a worker paused for space still shows it (readers retry the
+    rare torn read: :func:`read_json`). JSON ignores the padding."""
+    path = Path(path)
+    try:
+        size = max(path.stat().st_size, 0)
+    except OSError:
+        size = 0
+    size = max(-(-(len(data) + 1) // reserve) * reserve, size if size % reserve == 0 else 0)
+    padded = data + b" " * (size - len(data) - 1) + b"\n"
+    try:
+        atomic_write_bytes(path, padded, durable=False)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except OSError:
+            raise exc from None
+        try:
+            if os.fstat(fd).st_size < len(padded):
+                raise exc from None
+            os.pwrite(fd, padded, 0)
+        finally:
+            os.close(fd)
+
+
 def fsync_dir(path: Path | str) -> None:
     """Make a rename in ``path`` durable (POSIX; a no-op where directories cannot be opened)."""
     try:
@@ -102,12 +135,40 @@ def fsync_dir(path: Path | str) -> None:
         os.close(fd)
 
 
-def read_json(path: Path | str) -> Any:
-    """Parsed JSON, or None when the file is missing or not valid JSON."""
+def read_json(path: Path | str, tries: int = 3) -> Any:
+    """Parsed JSON, or None when the file is missing or not valid JSON (read ``tries`` times, a few
+    ms apart, before it is called invalid: a heartbeat rewritten in place may be caught torn)."""
+    for attempt in range(tries):
+        try:
+            return json.loads(Path(path).read_text())
+        except OSError:
+            return None
+        except ValueError:
+            if attempt < tries - 1:
+                time.sleep(0.005)
+    return None
+
+
+def lock_holder(path: Path | str) -> int | None:
+    """The pid holding the flock on ``path/worker.lock`` (Linux ``/proc/locks``), else None.
+
+    Read without touching the lock: taking it, even shared and for a moment, could make a worker
+    starting at that instant fail to get it.
+    """
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        st = (Path(path) / LOCK).stat()
+        text = Path("/proc/locks").read_text()
+    except OSError:
         return None
+    for line in text.splitlines():  # "1: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<inode> 0 EOF"
+        fields = line.split()  # (a waiter's line has "->" second, and is skipped)
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5].rsplit(":", 1)[-1] != str(st.st_ino):
+            continue  # the inode alone: on overlayfs the lock names the upper file's device, not the stat's
+        try:
+            return int(fields[4])
+        except ValueError:
+            return -1
+    return None
 
 
 def process_start(pid: int) -> str | None:
@@ -153,16 +214,38 @@ def effective_status(path: Path | str, heartbeat: dict | None = None, now: float
             young = now - (path / CONFIG).stat().st_mtime < START_GRACE_S
         except OSError:
             young = False
-        return "starting" if young else "dead"
+        return "starting" if young else _held_status(path, None)
     status = str(hb.get("status") or "dead")
     if status not in ("running", "paused"):
         return status
     stale = float(hb.get("stale_after_s") or STALE_AFTER_S)
     if now - float(hb.get("updated_at") or 0) > stale:
-        return "dead"
+        return _held_status(path, status)
     if hb.get("host") in (None, socket.gethostname()) and not pid_alive(hb.get("pid"), hb.get("pid_start")):
-        return "dead"
+        return _held_status(path, status)
     return status
+
+
+def _held_status(path: Path, recorded: str | None) -> str:
+    """``dead``, unless a process still holds the run's worker.lock: a worker that is suspended,
+    hung, or paused on a full disk it cannot write its heartbeat to. Then ``paused`` when the last
+    line of worker.log says so, else the recorded status (``running`` without one)."""
+    if lock_holder(path) is None:
+        return "dead"
+    last = _last_log_line(path / LOG)
+    if " paused" in last and " resumed" not in last:
+        return "paused"
+    return recorded if recorded in ("running", "paused") else "running"
+
+
+def _last_log_line(path: Path, size: int = 4096) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
 
 
 def list_runs(runs_dir: Path | str) -> list[dict]:

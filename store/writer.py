@@ -2,8 +2,11 @@
 
 Each generation is one transaction (individuals, new kernels, the generation row, the GA state).
 After it commits, the generation is mirrored to ``live/`` as Parquet with atomic renames, and
-``heartbeat.json`` is rewritten; the dashboard reads only those. ``live/`` is derived data: when
-the worker dies between COMMIT and the Parquet write, :meth:`RunWriter.open` rebuilds what is missing.
+``heartbeat.json`` is rewritten; the dashboard reads only those. ``live/`` is derived data: a file
+missing (the worker died between COMMIT and the Parquet write), truncated or unreadable is rewritten
+from the database by :meth:`RunWriter.open` (resume, ``python -m core repair``), which reads every
+live file, and at the next commit, which checks the files it wrote for changes. A mirror failure
+only logs a warning: it never fails a commit or an open.
 """
 from __future__ import annotations
 
@@ -19,21 +22,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from store.reader import live_parts
+from store.reader import Part, live_parts
 from store.run_file import connect, lock, memory_limit, unlock
 from store.runs import (CONFIG, DB, HEARTBEAT, LIVE, LOCK, STATUSES, atomic_write_bytes, atomic_write_json,
-                        fsync_dir, read_json, run_dir, this_process)
+                        fsync_dir, read_json, run_dir, this_process, write_reserved)
 from store.schema import (SCHEMA_VERSION, StoreError, arrow_schema, ddl, migrate, select_list, stored_terms, term_names,
                           to_arrow)
 
 log = logging.getLogger(__name__)
 _OWN_FIELDS = {"run_id", "pid", "host", "pid_start", "status", "message", "generation", "created_at", "updated_at"}
 COMPACT_EVERY = 64  # per-generation Parquet files merged into one chunk, so readers glob ~N/64 files
+# The database instance keeps memory that grows with the run whatever its memory_limit (about 2 kB per
+# individual, the rate the file grows: issue 36); closing it gives that back, so the writer reopens its
+# connection (a CHECKPOINT, a close and an open: tens of milliseconds) every REOPEN_EVERY commits or
+# REOPEN_ROWS individual rows, whichever comes first.
+REOPEN_EVERY = 256
+REOPEN_ROWS = 16_384
 KEEP_STATES = 4  # GA states kept (all genomes stay in ``individuals``; a state holds the RNG too)
 class RunWriter:
     """Writes one run. Holds ``worker.lock`` (flock) from create/open until :meth:`close`."""
 
     compact_every = COMPACT_EVERY
+    reopen_every = REOPEN_EVERY
+    reopen_rows = REOPEN_ROWS
 
     def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, lock_fd: int):
         self.path, self._con, self._lock_fd = path, con, lock_fd
@@ -44,6 +55,9 @@ class RunWriter:
         self.terms = stored_terms(con)  # the run's objectives: its individuals table's <name>_term columns
         self._hb: dict[str, Any] = {}
         self._live_dirty = False
+        self._commits = self._rows = 0  # since the database was (re)opened: :data:`REOPEN_EVERY`
+        self._seen: dict[Path, tuple[int, int, int]] = {}  # live files as written or verified: their stat
+        self.repaired: list[str] = []  # live files rewritten or removed because they were damaged or stray
 
     # -- opening -----------------------------------------------------------------------------------
     @classmethod
@@ -108,7 +122,7 @@ class RunWriter:
             if version < SCHEMA_VERSION:
                 migrate(con)
             writer = cls(path, con, lock_fd)
-            writer._sync_live()
+            writer._repair_live(full=True)
         except BaseException as exc:
             if con is not None:
                 con.close()
@@ -160,9 +174,12 @@ class RunWriter:
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r} (choose from: {', '.join(STATUSES)})")
         with self._mutex:
-            self._db.execute("UPDATE runs SET status = ?, message = ?, updated_at = ?", [status, message, time.time()])
             self._status, self._message = status, message
-            self.heartbeat()
+            try:  # the heartbeat says it even when the database cannot (a full disk): the dashboard reads that
+                self._db.execute("UPDATE runs SET status = ?, message = ?, updated_at = ?",
+                                 [status, message, time.time()])
+            finally:
+                self.heartbeat()
 
     def heartbeat(self, **fields: Any) -> None:
         """Rewrite heartbeat.json atomically: run_id, pid, host, status, generation (the last committed;
@@ -184,7 +201,8 @@ class RunWriter:
                       generation=self._generation, created_at=self._created_at, updated_at=time.time())
             if hb["generation"] is None:  # nothing committed yet: absent, not null
                 del hb["generation"]
-            atomic_write_json(self.path / HEARTBEAT, hb, durable=False)
+            # in reserved space: a worker paused on a full disk still says so (store/runs.py)
+            write_reserved(self.path / HEARTBEAT, json.dumps(hb, indent=1, sort_keys=True, default=str).encode())
 
     # -- generations -------------------------------------------------------------------------------
     def last_state(self) -> tuple[int, dict] | None:
@@ -246,8 +264,6 @@ class RunWriter:
         baseline_text = None if baseline is None else json.dumps(baseline, sort_keys=True, default=str)
         with self._mutex:
             con = self._db
-            if self._live_dirty:
-                self._sync_live()
             con.execute("BEGIN")
             try:
                 last = self._generation  # this process is the only writer; the primary key backs it up
@@ -277,20 +293,27 @@ class RunWriter:
                 for name in ("_ind", "_gen", "_ker"):
                     con.unregister(name)
             self._generation = generation
-            try:
-                if baseline_text is not None:
-                    atomic_write_json(self._live / "baseline.json", json.loads(baseline_text))
-                self._write_part("individuals", generation, ind)
-                if new.num_rows:
-                    self._write_part("kernels", generation, new)
-                self._write_generations()
-            except Exception as exc:  # live/ is derived: rebuilt before the next commit, the run goes on
-                log.warning("live/ mirror of generation %s failed: %s", generation, exc)
-                self._live_dirty = True
+            self._mirror(generation, ind, new, baseline_text)
+            self._commits, self._rows = self._commits + 1, self._rows + ind.num_rows
+            if self._commits >= self.reopen_every or self._rows >= self.reopen_rows:
+                self._reopen()
             best = summary.get("best_fitness")
             self.heartbeat(best_fitness=best if best is None else float(best),
                            **{k: summary.get(k) for k in ("champion_hash", "champion_speedup", "champion_speedup_spread",
                                                           "champion_noisy", "champion_samples", "cache")})
+
+    def _reopen(self) -> None:
+        """Checkpoint, close and open the database again (see :data:`REOPEN_EVERY`). A checkpoint that
+        fails (a full disk) leaves the connection as it is; the WAL keeps every commit either way."""
+        try:
+            self._db.execute("CHECKPOINT")
+        except duckdb.Error as exc:
+            log.warning("run %s: checkpoint before reopening the database failed: %s", self.run_id, exc)
+            return
+        self._con.close()
+        self._con = None
+        self._con = connect(self.path / DB)
+        self._commits = self._rows = 0
 
     # -- live/ mirror ------------------------------------------------------------------------------
     @property
@@ -303,8 +326,58 @@ class RunWriter:
     def _live(self) -> Path:
         return self.path / LIVE
 
+    def _mirror(self, generation: int, ind: pa.Table, new: pa.Table, baseline_text: str | None) -> None:
+        """Mirror the committed ``generation`` to live/. When a live file changed under us (damaged,
+        deleted) or an earlier mirror failed, live/ is repaired from the database instead, which
+        writes this generation too. Failures are logged, never raised: the commit stands."""
+        try:
+            if self._live_dirty or self._live_changed():
+                self._sync_live(full=self._live_dirty)  # after a failure, read everything: it may be why
+                return
+            if baseline_text is not None:
+                atomic_write_json(self._live / "baseline.json", json.loads(baseline_text))
+            self._write_part("individuals", generation, ind)
+            if new.num_rows:
+                self._write_part("kernels", generation, new)
+            self._write_generations()
+        except Exception as exc:  # live/ is derived: repaired at the next commit, the run goes on
+            log.warning("live/ mirror of generation %s failed: %s", generation, exc)
+            self._live_dirty = True
+
+    def repair_live(self) -> list[str]:
+        """Read every live file in full and rewrite from the database each one that is missing,
+        damaged or disagrees with it; the names repaired (``python -m core repair``)."""
+        with self._mutex:
+            self.repaired = []
+            self._sync_live(full=True)
+            return list(self.repaired)
+
+    def _repair_live(self, full: bool) -> None:
+        try:
+            self._sync_live(full=full)
+        except Exception as exc:  # e.g. a full disk: the database is intact, live/ is retried at the next commit
+            log.warning("live/ of run %s could not be repaired: %s", self.run_id, exc)
+            self._live_dirty = True
+
+    def _live_changed(self) -> bool:
+        """Whether a live file this writer wrote or verified has changed, vanished or appeared since."""
+        for dataset in ("individuals", "kernels"):
+            parts = live_parts(self._live / dataset, include_covered=True)
+            known = [p for p in self._seen if p.parent.name == dataset]
+            if len(parts) != len(known) or any(self._seen.get(p.path) != _stat(p.path) for p in parts):
+                return True
+        return False
+
+    def _put(self, path: Path, table: pa.Table) -> None:
+        write_parquet(path, table)
+        self._seen[path] = _stat(path)
+
+    def _drop(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+        self._seen.pop(path, None)
+
     def _write_part(self, dataset: str, generation: int, table: pa.Table) -> None:
-        write_parquet(self._live / dataset / f"gen_{generation:08d}.parquet", table)
+        self._put(self._live / dataset / f"gen_{generation:08d}.parquet", table)
         self._compact(dataset)
 
     def _compact(self, dataset: str) -> None:
@@ -318,29 +391,36 @@ class RunWriter:
             return
         schema = arrow_schema(dataset, self.terms)
         merged = pa.concat_tables([pq.read_table(p.path, schema=schema) for p in singles])
-        write_parquet(folder / f"chunk_{singles[0].first:08d}_{singles[-1].last:08d}.parquet", merged)
+        self._put(folder / f"chunk_{singles[0].first:08d}_{singles[-1].last:08d}.parquet", merged)
         for p in singles:  # readers ignore gen files a chunk covers, and retry if one vanishes
-            p.path.unlink(missing_ok=True)
+            self._drop(p.path)
         fsync_dir(folder)
 
     def _write_generations(self) -> None:
         table = self._db.sql(f"SELECT {select_list('generations')} FROM generations ORDER BY generation").to_arrow_table()
         write_parquet(self._live / "generations.parquet", table.cast(arrow_schema("generations")))
 
-    def _sync_live(self) -> None:
-        """Make live/ match the database: write missing tail generations, rebuild if inconsistent."""
+    def _sync_live(self, full: bool = False) -> None:
+        """Make live/ match the database: rewrite damaged files, write missing tail generations,
+        rebuild if inconsistent.
+
+        Every file's row count is checked against the database; a file is read in full when
+        ``full`` or when it changed since this writer wrote or verified it.
+        """
         for dataset in ("individuals", "kernels"):
             folder = self._live / dataset
             folder.mkdir(parents=True, exist_ok=True)
             for stale in folder.glob(".*.tmp"):
                 stale.unlink(missing_ok=True)
-            committed = [r[0] for r in self._db.execute(
-                f"SELECT DISTINCT generation FROM {dataset} ORDER BY generation").fetchall()]
+            counts = dict(self._db.execute(f"SELECT generation, count(*) FROM {dataset} GROUP BY generation").fetchall())
+            committed = sorted(counts)
             parts = live_parts(folder, include_covered=True)
             chunks = [p for p in parts if p.path.name.startswith("chunk_")]
             for p in parts:  # leftovers of a compaction cut short
                 if p not in chunks and any(c.first <= p.first <= c.last for c in chunks):
-                    p.path.unlink(missing_ok=True)
+                    self._drop(p.path)
+            for p in live_parts(folder):
+                self._check_part(dataset, p, counts, full)
             parts = live_parts(folder)
             claimed_max = max((p.last for p in parts), default=None)
             have = set(committed)
@@ -351,7 +431,8 @@ class RunWriter:
             if not ok:
                 log.warning("live/%s of run %s disagrees with run.duckdb: rebuilding", dataset, self.run_id)
                 for p in parts:
-                    p.path.unlink(missing_ok=True)
+                    self._drop(p.path)
+                self.repaired.append(f"{dataset}/ (rebuilt)")
                 done, parts = set(), []
             self._rebuild(dataset, [g for g in committed if g not in done], chunked=not parts)
         self._write_generations()
@@ -359,6 +440,33 @@ class RunWriter:
         if base is not None:
             atomic_write_json(self._live / "baseline.json", base)
         self._live_dirty = False
+
+    def _check_part(self, dataset: str, part: "Part", counts: dict, full: bool) -> None:
+        """Rewrite ``part`` from the database (or remove it, when the database holds none of its
+        generations) unless it reads back with the database's row count."""
+        expected = sum(n for g, n in counts.items() if part.first <= g <= part.last)
+        sig = _stat(part.path)
+        try:
+            if full or self._seen.get(part.path) != sig:
+                rows = pq.read_table(part.path).num_rows  # every page, not just the footer
+            else:
+                rows = pq.read_metadata(part.path).num_rows
+            if rows == expected and expected:
+                self._seen[part.path] = sig
+                return
+            why = f"{rows} rows, the database has {expected}"
+        except Exception as exc:  # truncated, garbage, unreadable
+            why = _first_line(exc)
+        log.warning("live/%s/%s of run %s is damaged (%s): rewriting it from run.duckdb",
+                    dataset, part.path.name, self.run_id, why)
+        self.repaired.append(f"{dataset}/{part.path.name}")
+        if not expected:
+            self._drop(part.path)
+            return
+        table = self._db.sql(
+            f"SELECT {select_list(dataset)} FROM {dataset} WHERE generation BETWEEN {part.first} AND {part.last} "
+            "ORDER BY generation, rowid").to_arrow_table().cast(arrow_schema(dataset, self.terms))
+        self._put(part.path, table)
 
     def _rebuild(self, dataset: str, gens: list[int], chunked: bool) -> None:
         """Write ``gens`` of ``dataset`` from the database.
@@ -373,10 +481,10 @@ class RunWriter:
                 f"SELECT {select_list(dataset)} FROM {dataset} WHERE generation BETWEEN {group[0]} AND {group[-1]} "
                 "ORDER BY generation, rowid").to_arrow_table().cast(arrow_schema(dataset, self.terms))
             if chunked and len(group) == self.compact_every:
-                write_parquet(folder / f"chunk_{group[0]:08d}_{group[-1]:08d}.parquet", table)
+                self._put(folder / f"chunk_{group[0]:08d}_{group[-1]:08d}.parquet", table)
             else:
                 for g in group:
-                    write_parquet(folder / f"gen_{g:08d}.parquet", table.filter(pc.equal(table["generation"], g)))
+                    self._put(folder / f"gen_{g:08d}.parquet", table.filter(pc.equal(table["generation"], g)))
         self._compact(dataset)
 
 
@@ -390,6 +498,19 @@ def write_parquet(path: Path, table: pa.Table) -> None:
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf, compression="zstd")
     atomic_write_bytes(path, buf.getvalue().to_pybytes(), durable=True, fsync_folder=False)
+
+
+def _stat(path: Path) -> tuple[int, int, int] | None:
+    """What tells a file we wrote from one changed since: size, mtime and inode (None when missing)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple | None:

@@ -212,3 +212,30 @@ def test_threshold_setting_and_full_disk_errors(tmp_path):
     except RuntimeError as chained:
         assert disk_full(chained)
     assert not disk_full(OSError(errno.EACCES, os.strerror(errno.EACCES)))
+
+
+@pytest.mark.slow
+def test_a_stop_and_a_pause_resumed_from_the_cli_and_a_damaged_mirror_lose_nothing(tmp_path):
+    """Issue 36: a Stop and a Pause written to control.json as the dashboard writes them, each resumed
+    with `python -m core resume` (which must clear them and run), and a truncated live/ file, which
+    the next commit must rewrite; every committed generation survives, unchanged and once."""
+    from benchmarks.tools.soak import Options, Soak
+
+    soak = Soak(Options(kills=0, crash_bursts=0, disk_pauses=0, dashboard_restarts=0, seed=12,
+                        work_dir=tmp_path / "soak", log=False))
+    soak.t0 = time.monotonic()
+    soak.start_worker()
+    try:
+        assert soak.wait_for(lambda: soak.committed() >= 1, 180, "generation 1")
+        soak.control_then_resume("stop")
+        soak.control_then_resume("pause")
+        soak.damage_mirror()
+    finally:
+        soak.finish()
+    res = soak.res
+    assert res.problems == [], res.problems
+    assert [c["command"] for c in res.controls] == ["stop", "pause"]
+    assert all(c["obeyed"] and c["resumed_and_ran"] and c["said_so"] for c in res.controls)
+    said = res.mirrors[0]["reader_said"] if res.mirrors else ""
+    assert res.mirrors[0]["rewritten"] and (said.startswith("this run's live") or said.startswith("no error"))
+    assert res.final_status == "stopped" and res.generations == list(range(len(res.generations)))

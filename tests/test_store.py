@@ -290,6 +290,18 @@ def test_live_rebuilt_when_missing(store_impl, writer, small_chunks):
     w.close()
 
 
+def test_the_writer_reopens_its_database_now_and_then_and_loses_nothing(store_impl, writer, monkeypatch):
+    """Issue 36: the database instance's memory grows with the run; the writer gives it back by
+    reopening its connection every few commits (here 3) or rows (here 10)."""
+    monkeypatch.setattr(RunWriter, "reopen_every", 3)
+    monkeypatch.setattr(RunWriter, "reopen_rows", 10)
+    first = writer._con
+    for g in range(8):
+        commit(writer, g, n=4)
+    assert writer._con is not first and writer.last_state()[0] == 7
+    assert len(writer.genome_hashes()) == 32 and len(store_impl.reader(writer.path).individuals()) == 32
+
+
 def test_repair_of_a_long_missing_tail_never_duplicates_rows(store_impl, writer, monkeypatch):
     monkeypatch.setattr(RunWriter, "compact_every", 100)
     for g in range(12):
@@ -374,6 +386,7 @@ def test_dead_when_worker_gone_or_silent(store_impl, writer):
     r = store_impl.reader(writer.path)
     hb_path = writer.path / "heartbeat.json"
     hb = json.loads(hb_path.read_text())
+    writer.close()  # the lock released, as by a worker that exited (a held lock is alive: test_runs_liveness.py)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     hb_path.write_text(json.dumps({**hb, "pid": gone.pid, "pid_start": None}))

@@ -68,6 +68,8 @@ class Options:
     disk_pauses: int = 2
     pause_hold_s: float = 6.0
     dashboard_restarts: int = 2
+    control_cycles: int = 0  # each: a Stop, and a Pause then a kill -9, from control.json, resumed from the CLI
+    mirror_damages: int = 0  # a truncated live/ file, which the next commit must rewrite
     quiet_fraction: float = 0.3  # the last part of the soak runs without kills, for a clean RSS slope
     population: int = 4
     workload: str = "rmsnorm"
@@ -88,6 +90,8 @@ class Result:
     bursts: list[dict] = field(default_factory=list)
     pauses: list[dict] = field(default_factory=list)
     dashboard: list[dict] = field(default_factory=list)
+    controls: list[dict] = field(default_factory=list)  # a Stop or a Pause from control.json, resumed by `resume`
+    mirrors: list[dict] = field(default_factory=list)  # a damaged live/ file and whether the next commit rewrote it
     samples: list[dict] = field(default_factory=list)  # t, generation, segment, rss_bytes, db_(file_)bytes, wal_bytes, live_bytes
     checks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -269,6 +273,73 @@ class Soak:
                                 "held_generation": held, "resumed": resumed, "seconds": round(self.elapsed() - t, 1)})
         self.say(f"disk pause: paused={paused} resumed={resumed} ({hb.get('message', '')[:80]})")
 
+    def control_then_resume(self, command: str) -> None:
+        """A Stop (the worker exits) or a Pause (then the worker is killed, as by a reboot) written to
+        control.json as the dashboard writes it; then ``resume`` from the CLI must clear it and run."""
+        from store.control import read_control, write_control
+
+        t, gen = self.elapsed(), self.committed()
+        write_control(self.dir, command)
+        if command == "stop":
+            obeyed = self.wait_for(lambda: self.proc.poll() is not None, 240, "the worker to obey a stop")
+            status = self.heartbeat().get("status")
+        else:
+            obeyed = self.wait_for(lambda: self.heartbeat().get("status") == "paused", 240, "the worker to pause")
+            status = self.heartbeat().get("status")
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        self.verify(f"after the {command} request")
+        before = self.committed()
+        self.start_worker()  # `python -m core resume`
+        ran = self.wait_for(lambda: self.committed() > before, 240, f"a generation after resuming a {command}")
+        out = (self.work / "worker.out").read_text(errors="replace")
+        said = f"asked the run to be {'stopped' if command == 'stop' else 'paused'}; cleared: resuming" in out
+        row = {"t": round(t, 1), "command": command, "generation": gen, "obeyed": obeyed, "status": status,
+               "resumed_and_ran": ran, "said_so": said, "control_after": read_control(self.dir)}
+        self.res.controls.append(row)
+        if not (obeyed and ran and said):
+            self.res.problems.append(f"a {command} from control.json was not resumed from the CLI: {row}")
+        self.say(f"{command} from control.json, resumed from the CLI: {row}")
+
+    def damage_mirror(self) -> None:
+        """Truncate the newest live/individuals gen file; the next commit must rewrite it (readers say
+        one line meanwhile)."""
+        import pyarrow.parquet as pq
+
+        from store.reader import LiveDamaged, RunReader
+
+        t = self.elapsed()
+        files = sorted((self.dir / "live" / "individuals").glob("gen_*.parquet"))
+        if not files:
+            return
+        target = files[-1]
+        try:
+            data = target.read_bytes()
+            target.write_bytes(data[: len(data) // 2])
+        except OSError:
+            return  # compacted away under us: nothing damaged
+        try:
+            RunReader(self.dir).individuals()
+            seen = "no error (rewritten already)"
+        except LiveDamaged as exc:
+            seen = str(exc).split(" (")[0]
+        gen = self.committed()
+        self.wait_for(lambda: self.committed() > gen + 1, 240, "two commits after damaging live/")
+
+        def readable() -> bool:
+            try:
+                return not target.exists() or pq.read_table(target).num_rows > 0
+            except Exception:  # noqa: BLE001 - still damaged
+                return False
+
+        ok = readable()
+        rows = len(RunReader(self.dir).individuals()) if ok else None
+        row = {"t": round(t, 1), "file": target.name, "reader_said": seen, "rewritten": ok, "rows_readable": rows}
+        self.res.mirrors.append(row)
+        if not ok:
+            self.res.problems.append(f"a damaged live/ file was not rewritten by the next commit: {row}")
+        self.say(f"damaged {target.name}: {row}")
+
     def start_dashboard(self) -> dict:
         with socket.socket() as probe:  # a page answered by someone else's server would prove nothing
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the last server's TIME_WAITs are fine
@@ -310,7 +381,10 @@ class Soak:
         noisy_until = budget * (1 - o.quiet_fraction)
         events = sorted([(rng.uniform(0.1, 0.9) * noisy_until, "burst") for _ in range(o.crash_bursts)] +
                         [(budget * (i + 1) / (o.disk_pauses + 1) * 0.9, "disk") for i in range(o.disk_pauses)] +
-                        [(budget * (i + 1) / (o.dashboard_restarts + 1), "dash") for i in range(o.dashboard_restarts)])
+                        [(budget * (i + 1) / (o.dashboard_restarts + 1), "dash") for i in range(o.dashboard_restarts)] +
+                        [(noisy_until * (i + 0.3) / max(o.control_cycles, 1), c) for i in range(o.control_cycles)
+                         for c in ("stop", "pause")] +
+                        [(noisy_until * (i + 0.6) / max(o.mirror_damages, 1), "mirror") for i in range(o.mirror_damages)])
         kill_every = noisy_until / max(o.kills, 1)
         sampler = threading.Thread(target=self.sampler, daemon=True)
         sampler.start()
@@ -332,6 +406,10 @@ class Soak:
                         threading.Thread(target=self.crash_burst, daemon=True).start()
                     elif kind == "disk":
                         self.disk_pause()
+                    elif kind in ("stop", "pause"):
+                        self.control_then_resume(kind)
+                    elif kind == "mirror":
+                        self.damage_mirror()
                     else:
                         self.stop_dashboard()
                         self.say(f"dashboard restarted: {self.start_dashboard()}")
@@ -420,6 +498,9 @@ def parse_options(argv: list[str]) -> tuple[Options, Path]:
     ap.add_argument("--burst-s", type=float, default=4.0, help="shortest crash burst")
     ap.add_argument("--disk-pauses", type=int, default=2)
     ap.add_argument("--dashboard-restarts", type=int, default=2, help="0: no dashboard")
+    ap.add_argument("--control-cycles", type=int, default=1, help="each: a Stop and a Pause from control.json, "
+                    "resumed from the CLI")
+    ap.add_argument("--mirror-damages", type=int, default=1, help="live/ files truncated, to be rewritten")
     ap.add_argument("--quiet-fraction", type=float, default=0.3, help="last part of the soak without kills")
     ap.add_argument("--population", type=int, default=4)
     ap.add_argument("--seed", type=int, default=7)
@@ -430,6 +511,7 @@ def parse_options(argv: list[str]) -> tuple[Options, Path]:
     a = ap.parse_args(argv)
     return Options(minutes=a.minutes, generations=a.generations, kills=a.kills, crash_bursts=a.crash_bursts,
                    burst_s=a.burst_s, disk_pauses=a.disk_pauses, dashboard_restarts=a.dashboard_restarts,
+                   control_cycles=a.control_cycles, mirror_damages=a.mirror_damages,
                    quiet_fraction=a.quiet_fraction, population=a.population, seed=a.seed, port=a.port,
                    work_dir=a.work_dir), a.report
 

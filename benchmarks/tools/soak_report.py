@@ -116,6 +116,19 @@ def write_report(res, opts, soak, path: Path) -> None:
         "|---|---|---|---|---|---|---|",
         *[f"| {p['t']} | {p['paused']} | {p['status']} | {p['held_generation']} | {p['resumed']} | {p['seconds']} | "
           f"{p['message']} |" for p in res.pauses], "",
+        f"## Stop and Pause from control.json, resumed from the CLI ({len(res.controls)})", "",
+        "A Stop (the worker exits) or a Pause (then a kill -9, as a reboot would) written to control.json as the "
+        "dashboard writes it; then `python -m core resume`, which must clear it, say so, and commit a generation.", "",
+        "| at s | command | obeyed | status | resumed and ran | said so | control.json after |",
+        "|---|---|---|---|---|---|---|",
+        *[f"| {c['t']} | {c['command']} | {c['obeyed']} | {c['status']} | {c['resumed_and_ran']} | {c['said_so']} | "
+          f"{c['control_after']} |" for c in res.controls], "",
+        f"## Damaged live/ files ({len(res.mirrors)})", "",
+        "The newest `live/individuals/gen_*.parquet` truncated to half while the run goes on; the next commit "
+        "must rewrite it from run.duckdb.", "",
+        "| at s | file | reader said | rewritten | rows readable |", "|---|---|---|---|---|",
+        *[f"| {m['t']} | {m['file']} | {m['reader_said']} | {m['rewritten']} | {m['rows_readable']} |"
+          for m in res.mirrors], "",
         f"## Dashboard restarts ({max(len(res.dashboard) - 1, 0)})", "",
         "`streamlit run app.py` headless on 127.0.0.1, stopped (SIGTERM) and started again while the run went on; "
         "`/_stcore/health` and `/` fetched after every start.", "",

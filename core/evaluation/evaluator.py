@@ -74,6 +74,9 @@ class Evaluator:
         self._ahead: dict[str, Future] = {}  # cache key -> its compile, started by compile_ahead()
         self._rendered: dict[str, KernelSource] = {}  # genome hash -> its kernel, rendered by compile_ahead()
         self._ahead_lock = threading.Lock()
+        # Told why when a compile waits for disk space, and None once compiles go on (the worker shows
+        # the run paused meanwhile); called from compile threads.
+        self.on_disk_full: Callable[[str | None], None] = lambda why: None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> dict:
@@ -323,15 +326,38 @@ class Evaluator:
         return self.config.compile_workers or os.cpu_count() or 1
 
     def _compile_one(self, kernel: KernelSource) -> tuple[Artifact | None, float, str | None]:
-        t0 = time.perf_counter()
-        try:
-            artifact = self.backend.compile(kernel, self.compile_dir)
-            artifact = self.backend.precompile(artifact, self._launches, self._workers())
-            return artifact, time.perf_counter() - t0, None
-        except CompileError as exc:
-            return None, time.perf_counter() - t0, trim_log(str(exc)) or "compile failed (no log)"
-        except Exception as exc:  # the compiler missing, a cache folder gone: still only this kernel
-            return None, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
+        """Compile ``kernel``: (artifact, seconds, None) or (None, seconds, the error log).
+
+        A compile that failed because the disk is full (ENOSPC, EDQUOT: the machine's fault, not
+        the kernel's) is never reported: while space is short it waits for room
+        (:func:`core.run.disk_space.wait_for_room`) and compiles again, telling :attr:`on_disk_full`
+        so the run shows the pause. With space to spare, such an error is retried once, then
+        reported like any other (a kernel whose ``#error`` merely says so stalls nothing)."""
+        from core.run.disk_space import disk_full, space_short, wait_for_room
+
+        t0, waited, spared = time.perf_counter(), False, 0
+        while True:
+            try:
+                artifact = self.backend.compile(kernel, self.compile_dir)
+                artifact = self.backend.precompile(artifact, self._launches, self._workers())
+                error = None
+            except CompileError as exc:
+                artifact, error, full = None, trim_log(str(exc)) or "compile failed (no log)", disk_full(exc)
+            except Exception as exc:  # noqa: BLE001 - the compiler missing, a cache folder gone: still only this kernel
+                artifact, error, full = None, f"{type(exc).__name__}: {exc}", disk_full(exc)
+            if error is not None and full is not None:
+                short = space_short([self.compile_dir, tempfile.gettempdir()])
+                if short or spared < 1:
+                    spared += not short
+                    if short:
+                        waited = True
+                        self.on_disk_full(f"a compile found the disk full ({first_error_line(str(full))}); "
+                                          "it is retried when space returns")
+                        wait_for_room(short)
+                    continue
+            if waited:
+                self.on_disk_full(None)
+            return artifact, time.perf_counter() - t0, error
 
     def _measure(self, key: str, kernel: KernelSource, artifact: Artifact, compile_s: float, seed: int,
                  slot: str | None = None) -> Evaluation:

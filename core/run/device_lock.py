@@ -19,6 +19,10 @@ API::
         ...
     lock = acquire_device(runs_dir, backend, device, what); ...; lock.release()
     device_holder(runs_dir, backend, device) -> str | None           # who holds it, without taking it
+    cluster_devices(cluster, device) -> list[int] | None             # what a Dask run holds here
+
+A run on a local Dask cluster (``--cluster local:N``) holds its device like any run: its N worker
+processes evaluate on it, on this host.
 """
 from __future__ import annotations
 
@@ -57,6 +61,15 @@ def device_key(backend: str, device: int) -> str:
         if 0 <= int(device) < len(visible):
             ident = visible[int(device)]
     return f"{kind}-{re.sub(r'[^A-Za-z0-9_.-]', '_', ident)}"
+
+
+def cluster_devices(cluster: str, device: int) -> list[int] | None:
+    """The device indices of this host that a run on the Dask cluster ``cluster`` holds: ``local:N``
+    starts its N workers here, each evaluating on ``device``, so that one; a scheduler address none
+    (its workers' devices are on their own hosts). None for a run not on a cluster."""
+    if not cluster:
+        return None
+    return [int(device)] if cluster.startswith("local:") else []
 
 
 def lock_path(runs_dir: Path | str, backend: str, device: int) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import time
 from pathlib import Path
 
 from store.runs import DB
@@ -100,3 +101,34 @@ class DiskGuard:
         """Record the growth of one commit (from the footprint ``before`` it)."""
         self.gen_bytes = max(self.gen_bytes, self.footprint() - before)
         self.wanted = 0
+
+
+def wait_for_room(path: Path | str, margin: int = RETRY_MARGIN, env: dict | None = None) -> None:
+    """Block until the filesystem of ``path`` has ``margin`` bytes more free than now, or
+    :data:`RETRY_AFTER_POLLS` polls have passed (a quota frees nothing we can see): for a write
+    that failed with ENOSPC, before it is tried again."""
+    env = os.environ if env is None else env
+    poll_s = float(env.get(DISK_POLL_ENV) or 2.0)
+    try:
+        want = shutil.disk_usage(path).free + margin
+    except OSError:
+        want = 0
+    for _ in range(RETRY_AFTER_POLLS):
+        time.sleep(poll_s)
+        try:
+            if shutil.disk_usage(path).free >= want:
+                return
+        except OSError:
+            return
+
+
+def space_short(paths: list[Path | str], floor: int = MIN_FREE_FLOOR) -> Path | None:
+    """The first of ``paths`` whose filesystem has less than ``floor`` bytes free, else None: a
+    write that failed with ENOSPC there was the machine's fault, not the writer's."""
+    for path in paths:
+        try:
+            if shutil.disk_usage(path).free < floor:
+                return Path(path)
+        except OSError:
+            continue
+    return None

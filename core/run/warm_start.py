@@ -47,10 +47,9 @@ def check(runs_dir: Path, start_from: str, workload: str, backend: str) -> list[
         folder = run_dir(runs_dir, rid)
         if not folder.is_dir():
             raise WarmStartError(f"start_from: no run {rid!r} in {runs_dir}")
-        try:
-            cfg = read_json(folder / "config.json")
-        except (OSError, ValueError) as exc:
-            raise WarmStartError(f"start_from: run {rid!r} has an unreadable config.json ({exc})") from None
+        cfg = read_json(folder / "config.json")  # None when missing or not JSON
+        if not isinstance(cfg, dict):
+            raise WarmStartError(f"start_from: run {rid!r} has a missing or unreadable config.json")
         theirs = (cfg.get("workload"), cfg.get("backend"))
         if theirs != (workload, backend):
             raise WarmStartError(f"start_from: run {rid!r} evolved {theirs[0]} on {theirs[1]}, not {workload} on {backend}")

@@ -72,6 +72,8 @@ class RunWorker:
         self.evaluated = 0  # evaluations made by this process (a resumed run adds its earlier count)
         self.paused_s = 0.0  # time spent paused does not consume an hours budget
         self.disk = DiskGuard(runs_dir, run_dir)  # ValueError for a malformed $ABEBOT_MIN_FREE_BYTES
+        self._compiles_waiting: set[int] = set()  # compile threads waiting for disk space
+        self._compile_pause_t = 0.0
 
     # -- heartbeat -------------------------------------------------------------------------------
     def heartbeat(self, **fields: Any) -> None:
@@ -98,11 +100,14 @@ class RunWorker:
         from core.evaluation.cluster import make_evaluator
         from store.control import read_control
 
-        previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
-        signal.signal(signal.SIGTERM, _raise_interrupted)
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         beat_thread = threading.Thread(target=self._beat_forever, daemon=True)
         evaluator = make_evaluator(self.config, self.runs_dir / ".cache", log=self.log, log_path=self.run_dir / "sandbox.log",
                               progress=lambda done, total: self.heartbeat(phase=f"measured {done} of {total} candidates"))
+        if hasattr(evaluator, "on_disk_full"):
+            evaluator.on_disk_full = self._compile_found_disk_full
+        for sig in previous:
+            signal.signal(sig, _raise_interrupted)
         try:
             self._set_status("running")
             self.heartbeat(phase="measuring baseline", started_at=time.time())
@@ -135,10 +140,13 @@ class RunWorker:
             logging.getLogger(f"abebot.run.{self.run_dir.name}").exception("worker failed")
             raise
         finally:
+            for sig in previous:  # a signal now would cut the cleanup short: the status is saved already
+                signal.signal(sig, signal.SIG_IGN)
             self._stop_beat.set()
             evaluator.close()
             self.heartbeat(phase="")
-            signal.signal(signal.SIGTERM, previous[signal.SIGTERM])
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _set_status(self, status: str, message: str = "") -> None:
         try:
@@ -175,6 +183,26 @@ class RunWorker:
         self.heartbeat(phase="", paused_for=None)
         self.log(f"resumed: {_gib(self.disk.free())} free on {where}")
         return None
+
+    def _compile_found_disk_full(self, why: str | None) -> None:
+        """From a compile thread: ``why`` it waits for disk space (the run shows ``paused``), or None
+        when it goes on (the run shows ``running`` once no compile waits). The pause does not count
+        against an hours budget."""
+        me = threading.get_ident()
+        with self._beat_lock:
+            before = bool(self._compiles_waiting)
+            (self._compiles_waiting.add if why else self._compiles_waiting.discard)(me)
+            after = bool(self._compiles_waiting)
+        if after and not before:
+            self._compile_pause_t = time.monotonic()
+            self._set_status("paused", f"disk nearly full: {why}")
+            self.heartbeat(phase="paused: disk full while compiling", paused_for="disk")
+            self.log(f"paused: {why}")
+        elif before and not after:
+            self.paused_s += time.monotonic() - self._compile_pause_t
+            self._set_status("running")
+            self.heartbeat(phase="", paused_for=None)
+            self.log(f"resumed: compiles go on ({_gib(self.disk.free())} free)")
 
     def _counting(self, evaluate: Callable) -> Callable[[list[Genome]], list[dict]]:
         def run(genomes: list[Genome]) -> list[dict]:
@@ -339,4 +367,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _raise_interrupted(signum, frame):  # noqa: ARG001 - signal handler signature
+    """The first SIGTERM or SIGINT interrupts the run; later ones are ignored until :meth:`RunWorker.run`
+    restores the handlers, so a second signal cannot cut short the saving of the ``stopped`` status
+    (it made the worker exit 1 with the status left ``running``)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     raise Interrupted()

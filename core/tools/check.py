@@ -67,12 +67,20 @@ def parse_json_object(text: str | dict | None, flag: str) -> dict:
     return value
 
 
+MAX_KERNEL_BYTES = 4 << 20  # a kernel file larger than this is not a kernel (or never ends: /dev/zero)
+
+
 def read_kernel(path: str | Path) -> str:
     """The text of a kernel file; CheckInputError naming the file when it is missing, unreadable,
-    not text, or empty."""
+    not text, empty, or larger than :data:`MAX_KERNEL_BYTES` (read no further, so /dev/zero cannot
+    fill the memory)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        with open(p, "rb") as f:
+            data = f.read(MAX_KERNEL_BYTES + 1)
+        if len(data) > MAX_KERNEL_BYTES:
+            raise CheckInputError(f"kernel file {path} is larger than {MAX_KERNEL_BYTES >> 20} MiB: not a kernel file")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise CheckInputError(f"kernel file {path}: no such file") from None
     except IsADirectoryError:
@@ -133,6 +141,49 @@ def planted(seed: KernelSource, source: str, entry: str | None = None, launch: d
     if launch:
         changes["launch"] = {**seed.launch, **launch}
     return dataclasses.replace(seed, **changes)
+
+
+def check_plant(wl: Any, backend: str, problem: dict, device: int, source: str, entry: str | None,
+                launch: dict, path: str = "the kernel file") -> None:
+    """CheckInputError, before anything starts, for an ``--entry`` the file never names or a
+    ``--launch`` the seed's launch dict cannot take: a key of another kind than the seed's value
+    (a negative count, text for a number, an ``argtypes`` name the backend does not know), or a new
+    key that is not a size (an integer >= 0). Otherwise they would be reported as the kernel crashing."""
+    import importlib
+
+    from core.backends import backend_class
+
+    cls = backend_class(backend)
+    seed = seed_kernel(wl.template(backend, problem, cls.devices()[device]))
+    names_entry = re.search(rf"\b{re.escape(seed.entry)}\b", seed.source) is not None  # else the name is informational
+    if entry is not None and names_entry and not re.search(rf"\b{re.escape(entry)}\b", source):
+        raise CheckInputError(f"--entry {entry}: {path} never names {entry!r}")
+    known_types = getattr(importlib.import_module(cls.__module__), "CTYPES", None)
+    for key, value in launch.items():
+        if key not in seed.launch:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise CheckInputError(f"--launch: {key!r} is not a launch key of this kernel (the seed has "
+                                      f"{', '.join(seed.launch)}); a key added must be a size, an integer >= 0")
+            continue
+        want = seed.launch[key]
+        if not _same_kind(want, value):
+            raise CheckInputError(f"--launch: {key} must be like the seed's {json.dumps(want)} (got {json.dumps(value)})")
+        if key == "argtypes" and known_types is not None and any(v not in known_types for v in value):
+            raise CheckInputError(f"--launch: argtypes names must be among {', '.join(known_types)} (got {json.dumps(value)})")
+
+
+def _same_kind(want: Any, value: Any) -> bool:
+    """Whether ``value`` can stand where the seed has ``want``: the same JSON kind, a count no lower
+    than 0 where the seed's is a count, a list of the seed's element kind."""
+    if isinstance(want, bool) or isinstance(value, bool):
+        return isinstance(want, bool) and isinstance(value, bool)
+    if isinstance(want, int):
+        return isinstance(value, int) and (value >= 0 or want < 0)
+    if isinstance(want, float):
+        return isinstance(value, (int, float)) and value == value and abs(value) != float("inf")
+    if isinstance(want, list):
+        return isinstance(value, list) and all(_same_kind(want[0], v) for v in value) if want else isinstance(value, list)
+    return isinstance(value, type(want))
 
 
 # ---- the device lock -----------------------------------------------------------------------------
@@ -306,6 +357,7 @@ def check_kernel(workload: str, backend: str, kernel: str | Path, problem: dict 
         raise CheckInputError(f"--entry {entry!r} is not a function name")
     source = read_kernel(kernel)
     checker = Checker(workload, backend, problem, runs_dir=runs_dir, device=device, **options)  # validates
+    check_plant(checker.workload, backend, checker.problem, device, source, entry, launch, str(kernel))
     from core.evaluation import isolation
 
     on = isolation_for(isolate)
