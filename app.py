@@ -9,7 +9,10 @@ import streamlit as st
 from dashboard.nav import run, setup
 from store.reader import LiveDamaged
 
-try:
-    run(setup())  # a "Loading <page>…" line at once on a page's first visit, until the page has run
-except LiveDamaged as exc:  # a damaged live/ file: one line until the worker (or a resume, or repair) rewrites it
-    st.info(str(exc), icon=":material/build:")
+# Streamlit runs this file as __main__. A sandbox started from the same process by multiprocessing's spawn
+# (a check from a test of the pages, say) imports it again as __mp_main__: it must not draw pages there.
+if __name__ == "__main__":
+    try:
+        run(setup())  # a "Loading <page>…" line at once on a page's first visit, until the page has run
+    except LiveDamaged as exc:  # a damaged live/ file: one line until the worker (or a resume, or repair) rewrites it
+        st.info(str(exc), icon=":material/build:")

@@ -27,7 +27,8 @@ from typing import Any
 
 from core.backends.arrays import CheckResult
 
-PERMUTATIONS = 16  # precomputed row permutations per case
+PERMUTATIONS = 32  # precomputed row permutations per case (more: two sharing a first row, which a memo by
+# a fingerprint of that row answers wrongly, are likelier among them)
 DECOY_RATE = 0.5  # share of timed launches whose outputs start as another case's answer instead of NaN
 DECOY_PATTERN = 61  # launch i starts from a decoy when pattern[i % 61] says so (prime: no lock-step with cases)
 

@@ -94,7 +94,8 @@ def median_iqr_us(times: list[float]) -> tuple[float, float]:
 
 
 # -- a kernel and its baseline, in interleaved pairs ------------------------------------------------
-PAIRS = 6  # (baseline, kernel) pairs of chunks in one paired measurement, at least
+PAIRS = 8  # (baseline, kernel) pairs of chunks in one paired measurement, at least (8 x 25 = the 200
+# checked launches a kernel got when it was timed alone: the launch checks need that many to catch a memo)
 NOISY_PAIR_SPREAD = 0.10  # pair ratios whose IQR exceeds this share of their median: the figure is noisy
 
 
