@@ -149,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from store.writer import RunWriter
 
     cfg = config_from_args(args)
-    from core.run.disk_space import parse_bytes
+    from core.evaluation.disk_space import parse_bytes
 
     try:  # a bad disk threshold is bad input: refused before the run folder is written
         parse_bytes(os.environ.get("ABEBOT_MIN_FREE_BYTES", "") or "0")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import core.run.disk_space as disk_space
+import core.evaluation.disk_space as disk_space
 from core.backends.base import Artifact, CompileError, KernelSource
 from core.config import RunConfig
 from core.evaluation.evaluator import Evaluator

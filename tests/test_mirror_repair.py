@@ -154,7 +154,7 @@ def test_a_damaged_gen_file_at_compaction_never_fails_the_commit_and_the_next_on
 
 def test_a_mirror_that_cannot_be_written_never_fails_a_commit(run, monkeypatch):
     w, inds, _ = run
-    import store.writer as writer_module
+    import store.mirror as writer_module
 
     def full_disk(path, table):
         raise OSError(28, "No space left on device")

@@ -18,7 +18,7 @@ import duckdb
 import pytest
 
 from core.backends import availability
-from core.run.disk_space import DiskGuard, disk_full, parse_bytes
+from core.evaluation.disk_space import DiskGuard, disk_full, parse_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(availability("c") is not None, reason=f"no C backend: {availability('c')}")

@@ -330,10 +330,10 @@ class Evaluator:
 
         A compile that failed because the disk is full (ENOSPC, EDQUOT: the machine's fault, not
         the kernel's) is never reported: while space is short it waits for room
-        (:func:`core.run.disk_space.wait_for_room`) and compiles again, telling :attr:`on_disk_full`
+        (:func:`core.evaluation.disk_space.wait_for_room`) and compiles again, telling :attr:`on_disk_full`
         so the run shows the pause. With space to spare, such an error is retried once, then
         reported like any other (a kernel whose ``#error`` merely says so stalls nothing)."""
-        from core.run.disk_space import disk_full, space_short, wait_for_room
+        from core.evaluation.disk_space import disk_full, space_short, wait_for_room
 
         t0, waited, spared = time.perf_counter(), False, 0
         while True:

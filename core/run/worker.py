@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.config import RunConfig
-from core.run.disk_space import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, gib as _gib
+from core.evaluation.disk_space import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, gib as _gib
 from core.search.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
 from core.genome import Genome
 from core.search.retiming import baseline_summary, describe
