@@ -15,7 +15,8 @@ import pytest
 from core.backends.base import Artifact, KernelSource
 from core.config import RunConfig, validate
 from core.evaluation import evaluator as evaluator_module
-from core.evaluation.evaluator import Evaluator, _Twin
+from core.evaluation.evaluator import Evaluator
+from core.evaluation.twins import Twin as _Twin
 from core.evaluation.record import Evaluation
 
 SOURCE = "void k(float *x) { /* the measured source */ }\n" + "// padding\n" * 200

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
 import random
 import tempfile
 import threading
@@ -25,6 +24,7 @@ from core.evaluation import devices
 from core.evaluation.aot import workload_launches
 from core.evaluation.pool import SandboxPool
 from core.evaluation.record import SANDBOX_MEASURES, Evaluation, first_error_line, one_line, trim_log
+from core.evaluation.twins import Twin
 from core.evaluation.timing import TIMING_TARGET_S
 from core.genome import Genome
 
@@ -65,9 +65,9 @@ class Evaluator:
         self._rng = random.Random(config.seed)
         self._contenders: set[str] | None = None  # baselines timed between full timings
         self._scale: dict[str, float] = {}  # slot -> factor to the first slot's time (from the last baseline timing)
-        # code hash -> its latest measurement and the sources that had it (a compact _Twin, not an
+        # code hash -> its latest measurement and the sources that had it (a compact Twin, not an
         # Evaluation); the latest TWINS_KEPT codes
-        self._twins: OrderedDict[str, _Twin] = OrderedDict()
+        self._twins: OrderedDict[str, Twin] = OrderedDict()
         self._twins_lock = threading.Lock()
         self._baseline_calls = 0
         self._compile_pool: ThreadPoolExecutor | None = None
@@ -232,7 +232,7 @@ class Evaluator:
             self.progress(done, len(to_compile))
         return [results[key].copy(genome_hash=label) for label, key in zip(genome_hashes or keys, keys)]
 
-    def _twin(self, artifact: Artifact, key: str) -> "_Twin | None":
+    def _twin(self, artifact: Artifact, key: str) -> "Twin | None":
         """The measurement of another source with ``artifact``'s code, or None. A source that has
         had that measurement before is sent again to be re-timed: it is measured, not answered."""
         with self._twins_lock:
@@ -248,7 +248,7 @@ class Evaluator:
         with self._twins_lock:
             held = self._twins.get(artifact.code_hash)
             users = held.users if held else ()
-            self._twins[artifact.code_hash] = _Twin(ev, users if key in users else (*users, key))
+            self._twins[artifact.code_hash] = Twin(ev, users if key in users else (*users, key))
             self._twins.move_to_end(artifact.code_hash)
             while len(self._twins) > TWINS_KEPT:
                 self._twins.popitem(last=False)
@@ -383,31 +383,6 @@ class Evaluator:
         ev.shape_errors = list(reply.get("shape_errors") or [])
         ev.phases = {"compile": compile_s, **{k: float(v) for k, v in (reply.get("stages_s") or {}).items()}}
         return ev
-
-
-class _Twin:
-    """What :attr:`Evaluator._twins` keeps of a measurement, to answer a twin: the measured values
-    only, pickled into one bytes object (the shape errors too, so nothing of the sandbox's reply
-    stays referenced). A twin's source, entry, flags, launch, resources and compile log are its own
-    (its :class:`KernelSource` and :class:`Artifact`), so none of the measured source's are kept.
-    Issue 10: full copies of the Evaluation held ~2.7 kB an entry, replies included; this ~0.6 kB."""
-
-    __slots__ = ("source_hash", "measured", "users")
-    FIELDS = ("status", "cause", *MEASURES, "eval_s", "device", "device_time_us", "shape_errors")  # the rest: the twin's own
-
-    def __init__(self, ev: Evaluation, users: tuple[str, ...]):
-        self.source_hash = ev.source_hash
-        self.measured = pickle.dumps(tuple(getattr(ev, name) for name in self.FIELDS), pickle.HIGHEST_PROTOCOL)
-        self.users = users  # the source hashes that had it, measured or answered (a tuple: most have one)
-
-    def answer(self, key: str, kernel: KernelSource, artifact: Artifact, compile_s: float) -> Evaluation:
-        """The measurement as the evaluation of the twin ``kernel`` (cache key ``key``): complete, as
-        :meth:`Evaluator._measure` would make it, but measured by ``same_code_as``."""
-        return Evaluation(genome_hash=key, source_hash=key, compile_s=compile_s, source=kernel.source,
-                          entry=kernel.entry, flags=list(kernel.flags), launch=dict(kernel.launch),
-                          resources={**kernel.resources, **artifact.resources}, compile_log=artifact.log,
-                          phases={"compile": compile_s}, same_code_as=self.source_hash,
-                          **dict(zip(self.FIELDS, pickle.loads(self.measured))))
 
 
 def _lower_priority() -> None:
