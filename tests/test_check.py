@@ -188,6 +188,13 @@ def test_a_kernel_that_skips_work_when_the_output_is_written_is_rejected(checker
     assert "nan_output" in r["cause"] or "timed launch" in r["cause"], verdict(r)
 
 
+def test_an_answer_memoised_by_address_fails_on_new_inputs_in_the_same_buffers(gemm):
+    """Timing rotates over cases, so it need never bring an address back (the H200's GPU cheat suite
+    passed a memo by address once timing stopped re-launching a case at once): verification does."""
+    r = cheat(gemm, "gemm_memo_by_address")
+    assert r["status"] == "wrong_result" and "new inputs in the same buffers" in r["cause"], verdict(r)
+
+
 @pytest.mark.parametrize("workload", ["gemm", "rmsnorm"])
 def test_a_kernel_that_memoises_by_address_is_rejected(checkers, workload):
     r = cheat(checkers(workload), f"{workload}_memo_by_address")

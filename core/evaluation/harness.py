@@ -74,6 +74,26 @@ class Harness:
         case.expected = self.workload.reference(a.xp, refs, self.problem)
         return case
 
+    def refill(self, case: Case, seed: int) -> Case:
+        """``case``'s buffers (the kernel stays bound to their addresses) holding fresh inputs and
+        their reference: the workload's declared weights are kept (a repacked copy of them stays
+        right), every other input is drawn anew and the outputs are poisoned again. A kernel that
+        answers from memory by address returns the old answer here."""
+        a = self.arrays
+        gen = a.generator(seed)
+        twin = Case(shape=case.shape, data=case.data, flats=case.flats, bound=case.bound, packed=case.packed,
+                    packed_pristine=case.packed_pristine)
+        for t in self.tensors:
+            if t.read:
+                twin.pristine[t.name] = case.pristine[t.name] if t.name in self.weights else \
+                    t.init.draw(a, t.shape(case.shape), t.dtype_in(self.problem), gen, case.shape)
+            if t.written:
+                a.poison(case.flats[t.name])
+            if t.read:
+                a.copy_into(case.data[t.name], twin.pristine[t.name])
+        twin.expected = self.workload.reference(a.xp, {n: a.float64(x) for n, x in twin.pristine.items()}, self.problem)
+        return twin
+
     def copy_case(self, case: Case) -> Case:
         """Another copy of ``case``'s tensors at other addresses (fresh poisoned outputs, inputs
         cloned), sharing its pristine inputs and reference: what a rotation over copies needs."""

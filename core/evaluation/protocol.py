@@ -204,8 +204,10 @@ class Protocol:
         seconds["repack"] = sum(s for _, s in self.harness.repacks)
 
     def _verify(self, kernel: Any, rng: random.Random, result: dict) -> None:
-        """Every shape once, the main shape twice, each on fresh inputs; first failure is the verdict.
-        The worst error on each shape goes into ``result["shape_errors"]``."""
+        """Every shape once, the main shape twice, each on fresh inputs, then the main shape again in
+        the same buffers with new inputs (a kernel answering by address, from memory, fails there:
+        no timing rotation need ever bring an address back); first failure is the verdict. The worst
+        error on each shape goes into ``result["shape_errors"]``."""
         result["shape_errors"] = errors = []
         for i, shape in enumerate(self.shapes):
             entry = {"shape": dict(shape), "max_abs_err": 0.0, "rel_err": 0.0, "margin_used": 0.0}
@@ -215,6 +217,11 @@ class Protocol:
                 self.harness.launch(kernel, case)
                 self.runtime.synchronize()
                 self._check(case, result, "wrong_result", f"on {_fmt(shape)}", entry)
+            if i == 0:
+                again = self.harness.refill(case, rng.getrandbits(31))
+                self.harness.launch(kernel, again)
+                self.runtime.synchronize()
+                self._check(again, result, "wrong_result", f"on {_fmt(shape)}, new inputs in the same buffers", entry)
         result["margin_used"] = max(e["margin_used"] for e in errors)
 
     def _check(self, case: Any, result: dict, status: str, where: str, entry: dict | None = None) -> None:
