@@ -56,6 +56,9 @@ def read(run_dir: Path) -> dict:
                            "champion_time_us, champion_spread_us FROM generations ORDER BY generation").fetchall()
         champion = con.execute("SELECT generation, best_fitness, champion_speedup, champion_speedup_spread, "
                                "champion_noisy, champion_samples FROM generations ORDER BY generation").fetchall()
+        speedups = dict(con.execute("SELECT genome_hash, arg_max(speedup, generation) FROM individuals "
+                                    "WHERE status = 'ok' AND speedup IS NOT NULL GROUP BY genome_hash").fetchall())
+        champ_hash = con.execute("SELECT champion_hash FROM generations ORDER BY generation DESC LIMIT 1").fetchone()[0]
         cols = [c for c in ("time_term", "memory_term", "stability_term", "stability", "determinism", "steadiness",
                             "error_margin")]
         terms = {}
@@ -66,7 +69,8 @@ def read(run_dir: Path) -> dict:
         statuses = dict(con.execute("SELECT status, count(*) FROM individuals GROUP BY status").fetchall())
     finally:
         con.close()
-    return {"generations": gens, "terms": terms, "statuses": statuses, "champion": champion}
+    return {"generations": gens, "terms": terms, "statuses": statuses, "champion": champion, "speedups": speedups,
+            "champion_hash": champ_hash}
 
 
 def verdict(results: list[dict]) -> list[str]:
@@ -78,8 +82,18 @@ def verdict(results: list[dict]) -> list[str]:
     q, b = quiet[-1][2], busy[-1][2]
     top = max(f for _, f, *_ in quiet if f is not None)
     worst = max(f for _, f, *_ in busy if f is not None)
+    same = [(results[0]["speedups"][h], results[1]["speedups"][h]) for h in results[0]["speedups"]
+            if h in results[1]["speedups"]]
+    diffs = sorted(abs(y / x - 1) for x, y in same if x)
+    ch = results[1]["champion_hash"]
+    mine = results[0]["speedups"].get(ch)
     return [f"stored champion speed-up: quiet {q:.3f}x, busy {b:.3f}x: {100 * (b / q - 1):+.1f}% "
-            f"({'within' if abs(b / q - 1) <= 0.2 else 'NOT within'} 20%)",
+            f"({'within' if abs(b / q - 1) <= 0.2 else 'NOT within'} 20%); the two runs' champions "
+            f"{'are the same genome' if ch == results[0]['champion_hash'] else 'are different genomes'}",
+            (f"the busy run's champion measured in the quiet run: {mine:.3f}x against {b:.3f}x busy "
+             f"({100 * (b / mine - 1):+.1f}%)" if mine else "the busy run's champion was not measured in the quiet run"),
+            (f"the {len(same)} genomes measured in both runs: speed-ups differ by a median of "
+             f"{100 * diffs[len(diffs) // 2]:.1f}% (largest {100 * diffs[-1]:.1f}%)" if diffs else "no genome in both runs"),
             f"highest best fitness of any generation: quiet {top:.4f}, busy {worst:.4f}: {worst / top:.2f}x "
             f"({'under' if worst <= 3 * top else 'OVER'} 3x)"]
 
