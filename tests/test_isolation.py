@@ -336,11 +336,15 @@ def test_the_lock_key_is_the_physical_device(monkeypatch):
 
 
 def _fake_run(runs: Path, run_id: str = "20260101-000000-gemm-c-lock") -> Path:
-    folder = runs / run_id
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"workload": "gemm", "backend": "c", "device": 0,
-                                                    "problem": {"m": 48, "n": 40, "k": 56}}))
-    return folder
+    """A run folder with its database (resume and bench refuse one without it before any lock)."""
+    from store.writer import RunWriter
+
+    runs.mkdir(parents=True, exist_ok=True)
+    writer = RunWriter.create(runs, run_id, {"workload": "gemm", "backend": "c", "device": 0,
+                                             "problem": {"m": 48, "n": 40, "k": 56}})
+    writer.set_status("stopped")
+    writer.close()
+    return runs / run_id
 
 
 @needs_c
