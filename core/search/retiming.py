@@ -55,25 +55,23 @@ def time_samples(measure: Mapping) -> list[float]:
     ``time_samples_us`` is a list, or its JSON text when the measure was read back from the store;
     a measure without it (a new evaluation, a run from before re-timing) has its one ``time_us``.
     """
-    raw = measure.get("time_samples_us")
-    if isinstance(raw, str) and raw:
-        raw = json.loads(raw)
-    if isinstance(raw, (list, tuple)) and raw:
-        return [float(t) for t in raw]
-    t = measure.get("time_us")
-    return [float(t)] if measure.get("status") == "ok" and t is not None and t == t else []
+    return _samples(measure, "time_samples_us", "time_us")
 
 
 def speedup_samples(measure: Mapping) -> list[float]:
-    """Every paired speed-up measured for this genome so far, oldest first (a list, or its JSON text
-    when read back from the store; a measure without it has its one ``speedup``, or none)."""
-    raw = measure.get("speedup_samples")
+    """Every paired speed-up measured for this genome so far, oldest first (``speedup_samples``, as
+    ``time_samples_us`` is kept; a measure without it has its one ``speedup``, or none)."""
+    return _samples(measure, "speedup_samples", "speedup")
+
+
+def _samples(measure: Mapping, samples_key: str, value_key: str) -> list[float]:
+    raw = measure.get(samples_key)
     if isinstance(raw, str) and raw:
         raw = json.loads(raw)
     if isinstance(raw, (list, tuple)) and raw:
         return [float(t) for t in raw]
-    s = measure.get("speedup")
-    return [float(s)] if measure.get("status") == "ok" and s is not None and s == s else []
+    value = measure.get(value_key)
+    return [float(value)] if measure.get("status") == "ok" and value is not None and value == value else []
 
 
 def first_measure(measure: Mapping) -> dict:
