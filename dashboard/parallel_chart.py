@@ -2,7 +2,6 @@
 per genome coloured by its fitness band (drawn as SVG scatter traces, see :func:`parallel`)."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 

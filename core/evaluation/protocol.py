@@ -316,11 +316,12 @@ class Protocol:
         """``launch`` rotating through ``cases``, with ``checks`` around every launch and, under the
         ``cold`` policy, the caches emptied after each preparation: the one way kernels and
         baselines alike are timed."""
-        prepare = checks.before
-        if self.cache == "cold":
-            def prepare(i: int) -> None:
-                checks.before(i)
-                self.runtime.evict(case_arrays(cases[i % len(cases)]))
+        if self.cache != "cold":
+            return Side(rotation(launch, cases), checks.before, checks.after)
+
+        def prepare(i: int) -> None:
+            checks.before(i)
+            self.runtime.evict(case_arrays(cases[i % len(cases)]))
         return Side(rotation(launch, cases), prepare, checks.after)
 
     def _time(self, launch: Callable[[Any], None], cases: list, checks: LaunchChecks) -> list[float]:
