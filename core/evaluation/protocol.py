@@ -24,6 +24,7 @@ from typing import Any, Callable
 from core.backends.base import Artifact, CompileError
 from core.evaluation.checks import LaunchChecks
 from core.evaluation.harness import Harness, case_arrays
+from core.evaluation.primary import choose_primary
 from core.evaluation.priority import raise_priority
 from core.evaluation.record import one_line
 from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks, suspect_floor_us
@@ -334,9 +335,8 @@ class Protocol:
     # -- baselines -------------------------------------------------------------------------------
     def baseline(self, seed: int, names: list | None = None) -> dict:
         """Time (and verify) every library baseline (or those in ``names``) on the main shape, as the
-        kernels are timed.
-
-        The primary baseline, which normalises fitness, is the fastest one that verified."""
+        kernels are timed. The primary, which normalises fitness, is the fastest that verified, in pairs
+        (:mod:`core.evaluation.primary`)."""
         rng = random.Random(seed)
         self.priority = raise_priority()  # threads a baseline's library started since are reniced too
         if self.peaks is None:  # measured once per sandbox; again only when a candidate beats the floor
@@ -351,7 +351,10 @@ class Protocol:
         if not timed:
             causes = "; ".join(f"{n}: {e.get('cause')}" for n, e in entries.items()) or "the workload has no baselines here"
             return {"status": "crashed", "cause": f"no baseline verified: {causes}"}
-        primary = min(timed, key=lambda n: timed[n]["time_us"])
+        primary, paired = choose_primary(self.runtime, {n: e["time_us"] for n, e in timed.items()}, lambda n: self._side(
+            fns[n], cases, LaunchChecks(self.harness, cases, rng.getrandbits(31), check=False)), self.timing_target_s)
+        for n, (us, spread) in paired.items():  # timed as the candidates are: these are the figures
+            entries[n].update(single_us=entries[n]["time_us"], time_us=us, spread_us=spread)
         p = entries[primary]
         self._pair = (primary, fns[primary], cases)  # what the next candidates are timed beside
         self._cases = ({n: fns[n] for n in timed}, cases)
@@ -368,7 +371,7 @@ class Protocol:
                 "timing": "median of adaptive repetitions, spread = interquartile range; before every timed launch "
                           "the outputs are poisoned and the inputs rewritten with a fresh row permutation"
                           + ("; then the caches are emptied (cache=cold)" if self.cache == "cold" else " (cache=hot)")
-                          + "; primary = the fastest baseline that verified; each candidate is timed in "
+                          + "; primary = the fastest baseline that verified, in pairs; each candidate is timed in "
                             "interleaved pairs with the primary"}
 
     def _evict_method(self) -> str:
