@@ -84,7 +84,7 @@ def main() -> None:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     scratch = torch.empty(2 * l2 // 4, dtype=torch.float32, device=dev)
     sink = torch.empty((), dtype=torch.float32, device=dev)
-    evict = lambda: torch.sum(scratch, out=sink)  # noqa: E731  (a read, as the protocol's)
+    evict = lambda: torch.sum(scratch, dim=0, out=sink)  # noqa: E731  (a read, as the protocol's)
     hidden = torch.randn(1, 8192, dtype=torch.bfloat16, device=dev)
     gamma = torch.randn(8192, dtype=torch.bfloat16, device=dev)
     norm = lambda: torch.nn.functional.rms_norm(hidden, (8192,), gamma, 1e-5)  # noqa: E731
