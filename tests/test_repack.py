@@ -207,9 +207,11 @@ def test_hostile_repacks_fail(backend, runtime, cache):
 
 
 @needs_c
-def test_a_kernel_that_writes_its_repacked_weights_is_caught_and_they_are_restored(backend, runtime, cache):
+def test_a_kernel_that_writes_its_repacked_weights_is_caught_in_verification_and_in_timing(backend, runtime, cache):
     """The repacked words are writable memory the kernel keeps: a memo stashed there is caught by
-    the check, and the timed launches rewrite them from their pristine copy first."""
+    the check, and by the timed launches' checks (which never rewrite the weights: they check them)."""
+    from core.evaluation.checks import LaunchChecks
+
     wl, prob, tpl = _setup(backend, {})
     good = tpl.render(_genome(tpl, "panels"))
     source = good.source.replace("void abebot_w4a16(", "static void inner_w4a16(") + (
@@ -223,8 +225,15 @@ def test_a_kernel_that_writes_its_repacked_weights_is_caught_and_they_are_restor
     harness.launch(bad, case)
     result = harness.check(case)
     assert result.cause == "input_modified" and PANELS in result.detail
-    harness.restore_packed(case)
-    assert harness.check(case).cause != "input_modified"
+    cases = [harness.make_case(wl.shapes(prob)[0], 7)]
+    harness.prepare(bad, cases[0])
+    checks = LaunchChecks(harness, cases, 8)
+    for i in range(3):
+        checks.before(i)
+        harness.launch(bad, cases[0])
+        checks.after(i)
+    assert not checks.verify().ok  # its outputs went wrong with the weights, and the weights are named
+    assert harness.weights_changed(cases[0]) == f"repacked weight {PANELS!r}"
 
 
 class _NoisyWeights(W4A16Workload):
@@ -259,21 +268,25 @@ def test_timed_launches_on_repacked_weights_pass_every_check(backend, runtime, c
         checks.after(i)
     assert checks.verify().ok and len(harness.repacks) == 3
 
-    checks = LaunchChecks(harness, cases, seed=11)
-    for i in range(6):
-        cases[i % 3].packed[id(kernel)][PANELS][:] = 0  # what a previous launch left: rewritten first
-        checks.before(i)
-        launch(i)
-        checks.after(i)
-    assert checks.verify().ok
-
     checks = LaunchChecks(harness, cases, seed=10)
     for i in range(6):
         checks.before(i)
-        cases[i % 3].packed[id(kernel)][PANELS][:] = 0  # after the restore: the launch reads zeros
+        cases[i % 3].packed[id(kernel)][PANELS][:] = 0  # the launch reads zeros
         launch(i)
         checks.after(i)
     assert not checks.verify().ok
+
+    saved = cases[0].packed[id(kernel)][PANELS].copy()
+    pair = [cases[1], cases[2]]
+    checks = LaunchChecks(harness, pair, seed=11)
+    cases[1].packed[id(kernel)][PANELS][:] = saved  # another case's repack: written over, never rewritten
+    launch = rotation(lambda c: harness.launch(kernel, c), pair)
+    for i in range(4):
+        checks.before(i)
+        launch(i)
+        checks.after(i)
+    verdict = checks.verify()
+    assert not verdict.ok and harness.weights_changed(cases[1]) == f"repacked weight {PANELS!r}"
 
 
 # ---- the sandboxed protocol, the evaluator and the store --------------------------------------------

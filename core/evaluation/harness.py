@@ -152,12 +152,18 @@ class Harness:
             self.repacks.append((dict(case.shape), seconds))
         return packed
 
-    def restore_packed(self, case: Case) -> None:
-        """Rewrite every repacked tensor of ``case`` from its pristine copy, as inputs are before a
-        timed launch: no launch can leave state in them for the next one."""
+    def weights_changed(self, case: Case) -> str:
+        """The first declared weight or repacked copy of ``case`` whose bits differ from its pristine
+        copy, named for a cause ("weight 'w'"), or "" when none does."""
+        a = self.arrays
+        for name in self.weights:
+            if not a.same_bits(case.data[name], case.pristine[name]):
+                return f"weight {name!r}"
         for key, packed in case.packed.items():
             for name, x in packed.items():
-                self.arrays.copy_into(x, case.packed_pristine[key][name])
+                if not a.same_bits(x, case.packed_pristine[key][name]):
+                    return f"repacked weight {name!r}"
+        return ""
 
     def packed_bytes(self, kernel: Any, case: Case) -> int:
         """Bytes of what the repack of ``kernel`` made on ``case`` (0 when it made nothing)."""
