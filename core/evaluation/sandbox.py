@@ -256,6 +256,9 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
     """
     from core.evaluation.devices import pin
 
+    # torch.compile's baselines compile in this process, not in a pool of workers: on the H200 the pool,
+    # started by a second-method timing, was 16 processes "left running" by the kernel being timed.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     pin(spec.get("cores") or ())  # a CPU core set: before the server imports numpy, torch, OpenMP
     limits = dict(spec.get("limits") or {})
     workdir = _isolate(log_path, spec)
