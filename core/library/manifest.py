@@ -263,3 +263,14 @@ class Library:
         self.entries = [e for e in self.entries
                         if e.id != entry.id and (e.key, e.backend) != (entry.key, entry.backend)]
         self.entries.append(entry)
+
+
+def device_record(name: str, arch: str, device_kind: str, versions: dict | None = None) -> dict:
+    """An entry's ``device`` from a backend's device description (``DeviceInfo`` fields): ``kind``
+    is ``cpu`` or ``cuda`` (a backend's ``device_kind`` ``gpu``). On a CPU the arch carries the hash
+    of the CPU's feature flags (``x86_64+3f2a...``): C kernels are compiled with ``-march=native``,
+    so a ``.so`` is only "the same architecture" on a CPU with the same instruction set."""
+    versions = versions or {}
+    kind = "cpu" if device_kind == "cpu" else "cuda"
+    flags = versions.get("cpu_flags_hash")
+    return {"name": str(name), "arch": f"{arch}+{flags}" if kind == "cpu" and flags else str(arch), "kind": kind}
