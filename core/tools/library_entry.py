@@ -21,7 +21,7 @@ from typing import Callable
 from core.backends import backend_class, make_backend
 from core.backends.base import KernelSource
 from core.config import RunConfig
-from core.library.manifest import (ENTRIES, GENOME, Entry, Library, canonical_json, device_record, entry_id,
+from core.library.manifest import (ENTRIES, GENOME, TOOLCHAIN_KEYS, Entry, Library, canonical_json, device_record, entry_id,
                                    sha256_bytes, sha256_file)
 from core.library.models import entry_key
 
@@ -39,10 +39,11 @@ def toolchain(versions: dict) -> dict:
     def text(v) -> str | None:
         return None if v is None else str(v)
 
-    return {"python": platform.python_version(), "torch": installed("torch"), "triton": installed("triton"),
-            "cuda": text(versions.get("cuda_runtime") or (versions.get("toolkit") if "nvrtc" in str(
-                versions.get("toolkit", "")) else None)),
-            "driver": text(versions.get("driver")), "cc": text(versions.get("compiler"))}
+    toolkit = str(versions.get("toolkit") or "")
+    cuda = versions.get("cuda_runtime") or (toolkit if "nvrtc" in toolkit else None)
+    values = (platform.python_version(), installed("torch"), installed("triton"), text(cuda),
+              text(versions.get("driver")), text(versions.get("compiler")))
+    return dict(zip(TOOLCHAIN_KEYS, values))  # python, torch, triton, cuda, driver, cc
 
 
 def figures(bench: dict) -> dict:
