@@ -151,3 +151,12 @@ def test_the_manifest_module_needs_only_the_standard_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "[]"
+
+
+def test_a_device_record_keeps_the_arch_the_dispatcher_compares_and_the_cpu_flags_beside_it():
+    from core.library.manifest import device_record
+
+    assert device_record("Xeon", "x86_64", "cpu", {"cpu_flags_hash": "abc"}) == {
+        "name": "Xeon", "arch": "x86_64", "kind": "cpu", "cpu_flags": "abc"}
+    assert device_record("NVIDIA H200", "sm_90", "gpu", {"driver": 1}) == {
+        "name": "NVIDIA H200", "arch": "sm_90", "kind": "cuda"}
