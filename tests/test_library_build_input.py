@@ -168,3 +168,39 @@ def test_a_library_export_holds_the_champion_only(tmp_path):
 
     with pytest.raises(ValueError, match="holds the champion only"):
         export_champions(tmp_path, tmp_path / "out", which="top", library=True)
+
+
+def fake_item(tmp_path: Path):
+    from core.tools.library_build import BuildSettings
+
+    item = plan(MODELS["llama-3.1-8b"], ("silu_mul",), (2,), "c", divisor=64)[0]
+    return item, BuildSettings(runs_dir=tmp_path, budget=Budget(generations=1))
+
+
+@pytest.mark.parametrize("status, command", [("stopped", "resume"), ("dead", "resume"), ("finished", None)])
+def test_an_interrupted_run_is_resumed_and_a_finished_one_only_retimed(tmp_path, monkeypatch, status, command):
+    from core.tools import library_build
+
+    item, settings = fake_item(tmp_path)
+    (tmp_path / item.run_id).mkdir()
+    monkeypatch.setattr("store.runs.effective_status", lambda folder, *a, **k: status)
+    calls = []
+    monkeypatch.setattr(library_build, "_child", lambda argv, log: calls.append(argv) or 0)
+    assert library_build.evolve(item, settings, [], log=lambda line: None) == tmp_path / item.run_id
+    assert [c[0] for c in calls] == ([command] if command else [])
+
+
+def test_a_new_run_gets_the_plans_problem_and_budget_and_a_failed_one_stops_the_build(tmp_path, monkeypatch):
+    from core.tools import library_build
+
+    item, settings = fake_item(tmp_path)
+    seen = []
+
+    def child(argv, log):
+        seen.append(json.loads(Path(argv[argv.index("--config") + 1]).read_text()))
+        return 2
+
+    monkeypatch.setattr(library_build, "_child", child)
+    with pytest.raises(RuntimeError, match="exited with status 2"):
+        library_build.evolve(item, settings, [], log=lambda line: None)
+    assert seen[0]["problem"] == item.problem and seen[0]["generations"] == 1 and seen[0]["workload"] == "silu_mul"

@@ -26,7 +26,8 @@ from typing import Callable
 from core.library.manifest import Library, LibraryError
 from core.tools.library_plan import PlanItem
 
-FINISHED = ("finished", "stopped")
+FINISHED = ("finished",)  # anything else (stopped, dead, failed) is resumed
+WARM_FROM = ("finished", "stopped")  # runs whose best genomes may seed a new one
 HOURS_PER_ENTRY_FLOOR = 1.0 / 3600  # one second
 
 
@@ -111,7 +112,7 @@ def nearest_run(item: PlanItem, built: list[tuple[str, tuple]], runs_dir: Path) 
         return sum(abs(math.log(a) - math.log(b)) for a, b in zip(item.key[2:], key[2:]))
 
     done = [(rid, key) for rid, key in built if rid and key[0] == item.op and rid != item.run_id
-            and (runs_dir / rid).is_dir() and effective_status(runs_dir / rid) in FINISHED
+            and (runs_dir / rid).is_dir() and effective_status(runs_dir / rid) in WARM_FROM
             and _backend(runs_dir / rid) == item.backend]
     return min(done, key=lambda d: distance(d[1]))[0] if done else ""
 

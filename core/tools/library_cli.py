@@ -88,8 +88,8 @@ def _build(args: argparse.Namespace) -> int:
 
         run_config(items[0], s, "")  # a bad setting or an unavailable backend: exit 2 before any run starts
         _check_backend(args.backend, args.device)
-    _say(f"library {out}: {len(items)} entries planned ({budget.generations or ''}"
-         f"{' generations' if budget.generations else f'{budget.hours * 60:.1f} min'} each)")
+    each = f"{budget.generations} generations" if budget.generations else f"{budget.hours * 60:.1f} min"
+    _say(f"library {out}: {len(items)} entries planned ({each} each)")
     written = build(lib, out, items, s, log=_say)
     _say(f"library {out}: {len(written)} entries written, {len(lib.entries)} in all")
     return 0
