@@ -9,7 +9,7 @@ OUT=${1:-/tmp/abebot-library-gpu}
 RUNS="$OUT/runs"
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-python -m core workloads | head -3
+python -m core workloads
 python -m core library build --model llama-3.1-70b --backend triton --ops down,rmsnorm,silu_mul,rope,lm_head \
     --m 1,16 --budget 2 --population 8 --rounds 2 --out "$OUT/lib-triton" --runs-dir "$RUNS"
 python -m core library build --model llama-3.1-70b --backend cuda --ops down,qkv --m 1 --budget 2 --population 8 \
