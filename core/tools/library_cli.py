@@ -86,7 +86,8 @@ def _build(args: argparse.Namespace) -> int:
     if items:
         from core.tools.library_build import run_config
 
-        run_config(items[0], s, "")  # a bad setting or an unavailable backend: exit 2 before any run starts
+        for item in items:  # a bad setting or a workload without this backend: exit 2 before any run starts
+            run_config(item, s, "")
         _check_backend(args.backend, args.device)
     each = f"{budget.generations} generations" if budget.generations else f"{budget.hours * 60:.1f} min"
     _say(f"library {out}: {len(items)} entries planned ({each} each)")
