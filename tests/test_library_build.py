@@ -127,3 +127,13 @@ def test_library_add_writes_the_champions_of_existing_runs(built, tmp_path):
     assert res.returncode == 0, res.stderr
     (entry,) = Library.load(tmp_path / "added").entries
     assert entry.shape["M"] == 4 and entry.provenance["run_id"] == M4 and entry.id in res.stdout
+
+
+def test_verify_fails_entries_of_another_arch_without_running_them(built, lib_copy):
+    data = json.loads((lib_copy / MANIFEST).read_text())
+    for e in data["entries"]:
+        e["device"]["arch"] = "armv9"
+    (lib_copy / MANIFEST).write_text(json.dumps(data))
+    res = cli("library", "verify", str(lib_copy), "--runs-dir", str(built[1]), runs_dir=built[1], timeout=120)
+    assert res.returncode == 1 and res.stdout.count("other arch: built for armv9") == 2, res.stdout + res.stderr
+    assert "0 of 2 entries verified; 2 FAILED" in res.stdout
