@@ -55,6 +55,7 @@ def test_a_build_writes_one_entry_per_planned_bucket(built):
         assert e.figures["primary"] in e.figures["baselines"] and len(e.figures["baselines"]) >= 1
         assert e.device["kind"] == "cpu" and e.toolchain["python"]
         assert e.provenance["run_id"] in (M1, M4) and e.provenance["part"] == "rmsnorm"
+        assert e.launch["entry"] and isinstance(e.launch["flags"], list) and "argtypes" in e.launch  # flat, as bound
 
 
 def test_each_entry_is_a_normal_run_named_for_the_dashboard(built):

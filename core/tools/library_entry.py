@@ -120,11 +120,11 @@ def write_entry(lib: Library, root: Path, champ: dict, cfg: RunConfig, bench: di
         device=device_record(dev.get("name", "unknown"), dev.get("arch", ""), cls.device_kind, dev.get("versions")),
         toolchain=toolchain(dev.get("versions") or {}), source=f"{rel}/{names['source']}", source_hash=s_hash,
         artefact=None if artefact is None else f"{rel}/{names['artefact']}", artefact_hash=a_hash,
-        launch={"entry": kernel.entry, "flags": list(kernel.flags), "launch": dict(kernel.launch),
-                "resources": dict(kernel.resources)},
+        launch={**kernel.launch, "entry": kernel.entry, "flags": list(kernel.flags)},
         figures=figures(bench),
         provenance={"run_id": run_dir.name, "runs_dir": str(runs_dir), "generation": _int(champ.get("generation")),
-                    "genome": genome, "genome_hash": champ.get("genome_hash"), **(extra or {})})
+                    "genome": genome, "genome_hash": champ.get("genome_hash"), "resources": dict(kernel.resources),
+                    **(extra or {})})
     lib.add(entry)
     return entry
 

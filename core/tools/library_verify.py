@@ -46,18 +46,25 @@ def this_device(backend: str, device: int) -> tuple[dict | None, str]:
     return device_record(d.name, d.arch, cls.device_kind, d.versions), ""
 
 
+def kernel_source(entry: Entry, root: Path):
+    """The entry's kept source as the backend compiles it: ``launch`` holds the template's launch
+    parameters plus ``entry`` and ``flags``; the static resources are in the provenance."""
+    from core.backends.base import KernelSource
+
+    launch = {k: v for k, v in (entry.launch or {}).items() if k not in ("entry", "flags")}
+    return KernelSource(backend=entry.backend, source=entry.source_path(root).read_text(),
+                        entry=str(entry.launch.get("entry", "")), flags=tuple(entry.launch.get("flags") or ()),
+                        launch=launch, resources=dict((entry.provenance or {}).get("resources") or {}))
+
+
 def measure(entry: Entry, root: Path, device: int, cache_dir: Path, log: Callable[[str], None]) -> dict:
     """Verify and time ``entry``'s source here: {"ok", "cause", "time_us", "speedup", "fastest", "baselines"}."""
-    from core.backends.base import KernelSource
     from core.config import RunConfig
     from core.evaluation.cluster import make_evaluator
 
     cfg = RunConfig.from_dict({"workload": entry.op, "backend": entry.backend, "device": device,
                                "problem": entry.problem, "population": 2, "elites": 0, "generations": 1})
-    launch = entry.launch or {}
-    kernel = KernelSource(backend=entry.backend, source=entry.source_path(root).read_text(),
-                          entry=launch.get("entry", ""), flags=tuple(launch.get("flags") or ()),
-                          launch=dict(launch.get("launch") or {}), resources=dict(launch.get("resources") or {}))
+    kernel = kernel_source(entry, root)
     evaluator = make_evaluator(cfg, cache_dir, log=lambda line: None, log_path=cache_dir / "verify-sandbox.log")
     try:
         record = evaluator.start()
