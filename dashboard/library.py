@@ -92,11 +92,23 @@ def missing(lib: Library, root: Path) -> pd.DataFrame:
         row = rows.setdefault(key, {"op": key[0], "fmt": key[1], "N": key[2], "K": key[3], "M": key[4],
                                     "device": rec.get("device"), "misses": 0, "last": None})
         row["misses"] += 1
-        if isinstance(rec.get("time"), (int, float)):
-            row["last"] = max(row["last"] or 0, rec["time"])
-    frame = pd.DataFrame(list(rows.values()), columns=["op", "fmt", "N", "K", "M", "device", "misses", "last"])
-    frame["last"] = pd.to_datetime(frame["last"], unit="s", errors="coerce")
-    return frame
+        when = _when(rec.get("time"))
+        if when is not None and (row["last"] is None or when > row["last"]):
+            row["last"] = when
+    return pd.DataFrame(list(rows.values()), columns=["op", "fmt", "N", "K", "M", "device", "misses", "last"])
+
+
+def _when(value) -> pd.Timestamp | None:
+    """A miss's time: epoch seconds or ISO-8601 text, as a UTC timestamp (None when neither)."""
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return pd.Timestamp(value, unit="s", tz="UTC")
+        if isinstance(value, str):
+            stamp = pd.Timestamp(value)
+            return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+    except (ValueError, OverflowError):
+        pass
+    return None
 
 
 def build_argv(root: Path, runs: Path, backend: str, device: int, budget: str) -> list[str]:

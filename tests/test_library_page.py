@@ -39,7 +39,8 @@ def library(tmp_path, monkeypatch) -> Path:
     entries.append(make_entry(root, "rmsnorm", "rmsnorm", "fp32-res", 64, 64, 1, 3.0))
     Library(entries=entries, model="tiny").save(root)
     misses = [{"op": "w4a16", "fmt": "w4g128-fp32", "N": 64, "K": 256, "M": 16, "device": "Test CPU", "time": 1e9},
-              {"op": "w4a16", "fmt": "w4g128-fp32", "N": 64, "K": 256, "M": 16, "device": "Test CPU", "time": 2e9},
+              {"op": "w4a16", "fmt": "w4g128-fp32", "N": 64, "K": 256, "M": 16, "device": "Test CPU",
+               "time": "2033-05-18T03:33:20Z"},
               {"op": "w4a16", "fmt": "w4g128-fp32", "N": 64, "K": 256, "M": 1, "device": "Test CPU", "time": 1e9}]
     (root / "misses.jsonl").write_text("".join(json.dumps(m) + "\n" for m in misses) + "not json\n")
     monkeypatch.setenv("ABEBOT_RUNS_DIR", str(runs))
@@ -68,6 +69,7 @@ def test_the_grid_has_one_row_per_shape_and_a_column_per_m_bucket(library):
 def test_misses_the_library_already_covers_are_left_out(library):
     missed = L.missing(Library.load(library), library)
     assert missed[["M", "misses"]].values.tolist() == [[16, 2]]
+    assert missed["last"][0] == pd.Timestamp("2033-05-18T03:33:20Z")  # the later of epoch and ISO times
 
 
 def test_the_page_shows_the_grid_and_the_misses(library):
