@@ -204,3 +204,13 @@ def test_a_new_run_gets_the_plans_problem_and_budget_and_a_failed_one_stops_the_
     with pytest.raises(RuntimeError, match="exited with status 2"):
         library_build.evolve(item, settings, [], log=lambda line: None)
     assert seen[0]["problem"] == item.problem and seen[0]["generations"] == 1 and seen[0]["workload"] == "silu_mul"
+
+
+def test_a_backend_this_machine_lacks_is_refused_before_anything_is_written(tmp_path):
+    from core.backends import availability
+
+    if availability("cuda") is None:
+        pytest.skip("this machine has a CUDA device")
+    err = refused(tmp_path, "library", "build", "--model", "llama-3.1-70b", "--backend", "cuda", "--ops", "down",
+                  "--m", "1", "--out", str(tmp_path / "lib"), "--runs-dir", str(tmp_path / "runs"))
+    assert "backend 'cuda' is not available here" in err and not (tmp_path / "lib").exists()
