@@ -214,3 +214,13 @@ def test_a_backend_this_machine_lacks_is_refused_before_anything_is_written(tmp_
     err = refused(tmp_path, "library", "build", "--model", "llama-3.1-70b", "--backend", "cuda", "--ops", "down",
                   "--m", "1", "--out", str(tmp_path / "lib"), "--runs-dir", str(tmp_path / "runs"))
     assert "backend 'cuda' is not available here" in err and not (tmp_path / "lib").exists()
+
+
+def test_a_torn_last_miss_line_is_skipped_but_a_bad_middle_line_is_refused(tmp_path):
+    log = tmp_path / "misses.jsonl"
+    good = json.dumps({"op": "silu_mul", "fmt": "fp32", "N": 224, "K": 1, "M": 3})
+    log.write_text(good + "\n" + '{"op": "sil')
+    assert len(read_misses(log)) == 1
+    log.write_text('{"op": "sil\n' + good + "\n")
+    with pytest.raises(PlanError, match="line 1 is not JSON"):
+        read_misses(log)

@@ -138,12 +138,13 @@ def problem_from_key(op: str, fmt: str, n: int, k: int, m: int, head_dim: int = 
 
 
 def read_misses(path: Path | str) -> list[dict]:
-    """The miss records of a ``misses.jsonl`` (blank lines skipped); PlanError (one line) for an
-    unreadable file or a line that is not a JSON object with op, fmt, N, K and M."""
+    """The miss records of a ``misses.jsonl`` (blank lines and a torn last line skipped); PlanError
+    (one line) for an unreadable file or a line that is not a JSON object with op, fmt, N, K and M."""
     try:
-        lines = Path(path).read_text().splitlines()
+        text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanError(f"--from-misses {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    lines = text.splitlines()
     out = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -151,6 +152,8 @@ def read_misses(path: Path | str) -> list[dict]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
+            if number == len(lines) and not text.endswith("\n"):
+                break  # a torn last append (the writer died mid-line): the lines before it stand
             raise PlanError(f"--from-misses {path}: line {number} is not JSON") from None
         if not isinstance(rec, dict) or not isinstance(rec.get("op"), str) or not isinstance(rec.get("fmt"), str) or any(
                 not isinstance(rec.get(x), int) or isinstance(rec.get(x), bool) or rec.get(x) < 1 for x in "NKM"):
