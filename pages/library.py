@@ -40,6 +40,7 @@ if grid.empty:
     st.info("This library has no entries yet.")
 else:
     m_columns = [c for c in grid.columns if c.startswith("M=")]
+    grid[m_columns] = grid[m_columns].fillna("")  # a bucket not built: an empty cell, not "None"
     st.dataframe(grid, hide_index=True, key="library_grid",
                  column_config={c: st.column_config.LinkColumn(c, display_text=r"#(.*)$") for c in m_columns})
 
