@@ -316,7 +316,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     target = existing_run(args)
     if not 1 <= args.k <= 10_000:
         raise UsageError("-k must be from 1 to 10000")
-    out = export_champions(target, Path(args.out), which=args.which, k=args.k)
+    out = export_champions(target, Path(args.out), args.which, args.k, args.library, Path(args.runs_dir))
     print(f"exported to {out}")
     return 0
 
@@ -378,6 +378,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 COMMANDS["check"] = cmd_check
+COMMANDS["library"] = lambda args: __import__("core.tools.library_cli", fromlist=["cmd_library"]).cmd_library(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -68,7 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--which", choices=("champion", "top", "pareto"), default="champion")
     export.add_argument("-k", type=int, default=5, help="how many for --which top")
     export.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR)
+    export.add_argument("--library", action="store_true",
+                        help="write the champion as a one-entry kernel library (docs/library.md), re-timed first")
     _add_check_parser(sub)
+    from core.tools.library_cli import add_parser as add_library_parser
+
+    add_library_parser(sub, DEFAULT_RUNS_DIR)
     return p
 
 

@@ -20,6 +20,7 @@ PAGES = (  # (file, title, icon, url path)
     ("pages/benchmark.py", "Benchmark", ":material/timer:", "benchmark"),
     ("pages/check.py", "Check a kernel", ":material/fact_check:", "check"),
     ("pages/export.py", "Export", ":material/package_2:", "export"),
+    ("pages/library.py", "Library", ":material/library_books:", "library"),
     ("pages/runs.py", "Runs", ":material/folder_open:", "runs"),
 )
 

@@ -35,11 +35,14 @@ WHICH = ("champion", "top", "pareto")
 _MEASURES = ("fitness", *SANDBOX_MEASURES, *(o.column for o in OBJECTIVES), "pareto_rank", "compile_s", "eval_s")
 
 
-def export_champions(run_dir: Path | str, out_dir: Path | str, which: str = "champion", k: int = 5) -> Path:
+def export_champions(run_dir: Path | str, out_dir: Path | str, which: str = "champion", k: int = 5,
+                     library: bool = False, runs_dir: Path | str | None = None) -> Path:
     """Export the run's best kernels into ``out_dir`` (created; refused if it exists and is not empty).
 
     ``which``: ``champion`` (the fittest ok individual), ``top`` (the ``k`` fittest distinct
     genomes) or ``pareto`` (the last generation's first Pareto front, fittest first, at most ``k``).
+    With ``library`` the champion is re-timed (under the device lock of ``runs_dir``, default the
+    run's parent) and written as a one-entry kernel library instead (docs/library.md).
     Returns ``out_dir``. StoreError when the run has nothing to export.
     """
     if which not in WHICH:
@@ -47,12 +50,15 @@ def export_champions(run_dir: Path | str, out_dir: Path | str, which: str = "cha
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise StoreError(f"export folder {out} exists and is not empty")
+    if library:
+        from core.tools.library_entry import export_library
+
+        if which != "champion":
+            raise ValueError("a library export holds the champion only (--which champion)")
+        return export_library(Path(run_dir), out, Path(runs_dir) if runs_dir else Path(run_dir).parent)
     run = Path(run_dir)
     with tempfile.TemporaryDirectory(prefix="abebot-export-") as scratch:
-        reader = RunReader(run)
-        if reader.generations(["generation"]).empty and (run / DB).exists() and reader.status() not in (
-                "running", "paused", "starting"):
-            reader = RunReader(_mirror_from_db(run, Path(scratch)))
+        reader = readable_run(run, Path(scratch))
         rows = _choose(reader, which, k)
         if not rows:
             raise StoreError(f"run {run.name} has no successful individual to export")
@@ -72,6 +78,16 @@ def export_champions(run_dir: Path | str, out_dir: Path | str, which: str = "cha
         (out / "requirements.txt").write_text(requirements_text(backend))
         (out / "README.md").write_text(readme_text(run.name, cfg, baseline, index))
     return out
+
+
+def readable_run(run: Path, scratch: Path) -> RunReader:
+    """A reader of the run at ``run``: its ``live/`` mirror, or for a finished run whose ``live/`` is
+    gone a copy of its tables from ``run.duckdb`` (opened read-only, briefly) under ``scratch``."""
+    reader = RunReader(run)
+    if reader.generations(["generation"]).empty and (run / DB).exists() and reader.status() not in (
+            "running", "paused", "starting"):
+        reader = RunReader(_mirror_from_db(run, scratch))
+    return reader
 
 
 # What run_kernel.py imports, per backend (beside the copy of AbeBot's evaluation code it carries).
