@@ -198,7 +198,8 @@ def render_source(g: Genome, workload: Any, problem: dict) -> str:
     dtype = problem["dtype"]
     T, to_f, from_f = SCALAR_TYPES[dtype]
     elt = dtype_bytes(dtype)
-    values = {"THREADS": p["threads"], "HEAD_SPLIT": p["head_split"], "TILE": m["keys_per_tile"],
+    values = {"THREADS": p["threads"], "SPLITS": f"{p['splits']}  // the grid's x: set at launch, recorded here",
+              "HEAD_SPLIT": p["head_split"], "TILE": m["keys_per_tile"],
               "STAGES": m["stages"], "CP_ASYNC": m["load"] == "cp_async", "VEC": max(1, m["vec_bytes"] // elt),
               "ELT": elt, "ACC_REGS": r["acc"] == "registers",
               **({"ACC_N": acc_per_thread(g, workload, problem)} if r["acc"] == "registers" else {}),
