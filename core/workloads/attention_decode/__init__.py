@@ -48,12 +48,11 @@ Baselines: ``numpy`` (float32, per (sequence, KV head) matmuls) and torch's
 ``scaled_dot_product_attention`` on torch CPU tensors on a CPU; on a GPU SDPA under each of its
 backends (math, flash, efficient, cudnn; GQA by ``enable_gqa=True``, else by repeating the KV heads
 where that backend refuses it; the drafted tokens' causal mask by ``causal_lower_right``), and
-FlashInfer's ``single_decode_with_kv_cache`` / ``single_prefill_with_kv_cache`` (per sequence, HND)
-where ``import flashinfer`` works. Templates: ``c.py``, ``cuda.py``, ``triton.py``.
+FlashInfer's ``single_decode_with_kv_cache`` / ``single_prefill_with_kv_cache`` (per sequence, HND),
+which is skipped with one line where ``import flashinfer`` fails. Templates: ``c.py``, ``cuda.py``, ``triton.py``.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 from typing import Any
 
@@ -126,7 +125,8 @@ class AttentionDecodeWorkload(Workload):
                              returns_outputs=True)]
         out = [Baseline(f"sdpa_{b}", "torch", sdpa_baseline(b), f"torch scaled_dot_product_attention, {b} backend",
                         returns_outputs=True) for b in SDPA_BACKENDS]
-        if importlib.util.find_spec("flashinfer") is not None:
-            out.append(Baseline("flashinfer", "torch", flashinfer_baseline,
-                                "FlashInfer single_decode / single_prefill (causal) per sequence, HND", returns_outputs=True))
-        return out
+        # listed everywhere (the table of baselines does not depend on the host); where flashinfer
+        # does not import, its first call raises ModuleNotFoundError and it is skipped with that line
+        return out + [Baseline("flashinfer", "torch", flashinfer_baseline,
+                               "FlashInfer single_decode / single_prefill (causal) per sequence, HND",
+                               returns_outputs=True)]

@@ -90,9 +90,10 @@ class CudaAttentionTemplate(Template):
         if floats:
             import torch
 
-            wo = out.new_empty((floats,), dtype=torch.float32)
+            rows = rows_total(lp, shape)
+            wo = out.new_empty((rows * shape["head_dim"],), dtype=torch.float32)  # partial rows
+            wml = out.new_empty((2 * rows,), dtype=torch.float32)  # their max, then their sum
             tickets = out.new_zeros((ints,), dtype=torch.int32)
-            wml = wo[rows_total(lp, shape) * shape["head_dim"]:]
         else:  # one split: the workspace is never touched
             wo = wml = tickets = out
         launch = kernel.bind(grid, (lp["threads"], 1, 1),

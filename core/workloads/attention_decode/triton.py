@@ -71,7 +71,8 @@ class TritonAttentionTemplate(TritonTemplate):
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], Any]:
         q, k, v, out = t["q"], t["k_cache"], t["v_cache"], t["out"]
-        floats = kernel.module.workspace_floats(*q.shape, k.shape[2])
+        floats = kernel.module.workspace_floats(*(shape[n] for n in ("batch", "queries", "kv_heads", "group",
+                                                                      "head_dim", "context")))
         ws = out.new_empty((floats,), dtype=_float32()) if floats else None
         return lambda: kernel(q, k, v, out, ws)
 
