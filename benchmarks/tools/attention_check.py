@@ -26,10 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
 WORKLOAD = "attention_decode"
 HEADS = {"kv_heads": 8, "group": 8, "head_dim": 128, "batch": 1, "dtype": "bfloat16"}
 # one-gene variants of each backend's fast seed: (group, gene, value)
