@@ -12,8 +12,9 @@ its partials (unnormalised rows, max, sum) to a workspace, which a second kernel
   L2 eviction policy, software-pipelining stages;
 * register_allocation -- P.V in the input dtype (P rounded, tensor cores, as FlashAttention does)
   or in float32 (IEEE);
-* instruction_sequence -- ``tl.exp`` or ``tl.exp2`` with log2(e) folded into the scale, and how the
-  merge reduces the splits (``tl.sum`` over all of them after their largest max, or one by one).
+* instruction_sequence -- ``tl.exp`` or ``tl.exp2`` with log2(e) folded into the scale, the online
+  softmax's rescale (to every new max, or FlashAttention-4's lazy one: only when some row's max grew
+  past a threshold, the others keeping a stale max), and how the merge reduces the splits (``tl.sum`` over all of them after their largest max, or one by one).
 """
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ class TritonAttentionTemplate(TritonTemplate):
             ),
             "instruction_sequence": (
                 ChoiceGene("exp", ("exp", "exp2"), "tl.exp, or tl.exp2 with log2(e) folded into the scale"),
+                ChoiceGene("rescale", ("every_tile", "lazy"), "online softmax: rescale to every new max, or only "
+                                                              "when a max grew past a threshold"),
                 ChoiceGene("combine", ("max_first", "running"), "merge: the splits' largest max then tl.sum, or one by one"),
             ),
         }
@@ -104,11 +107,11 @@ SEEDS = (
     {"parallel_config": {"splits": 1, "head_split": 1, "num_warps": 4},
      "memory_pattern": {"keys_per_tile": 32, "kv_load": "plain", "kv_eviction": "", "num_stages": 1},
      "register_allocation": {"pv": "fp32"},
-     "instruction_sequence": {"exp": "exp", "combine": "max_first"}},
+     "instruction_sequence": {"exp": "exp", "rescale": "every_tile", "combine": "max_first"}},
     {"parallel_config": {"splits": 16, "head_split": 1, "num_warps": 4},
      "memory_pattern": {"keys_per_tile": 64, "kv_load": "block_ptr", "kv_eviction": "evict_first", "num_stages": 2},
      "register_allocation": {"pv": "input"},
-     "instruction_sequence": {"exp": "exp2", "combine": "max_first"}},
+     "instruction_sequence": {"exp": "exp2", "rescale": "lazy", "combine": "max_first"}},
 )
 
 
@@ -138,6 +141,23 @@ def _kv_tile(m: dict, which: str) -> str:
         return (f"tl.load(tl.make_block_ptr({which}_ptr + kv_base, (L, D), (D, 1), (t0, 0), (BLOCK_N, BLOCK_D), (1, 0)), "
                 f"boundary_check=(0, 1), padding_option=\"zero\"{ev})")
     return f"tl.load({which}_ptr + kv_base + nn[:, None] * D + dd[None, :], mask=kvmask{ev}, other=0.0)"
+
+
+def _rescale(rescale: str) -> str:
+    """The online softmax's update of the running max m_i, with l_i and acc rescaled to it; m_safe
+    is the max the tile's probabilities are taken against (0 for a row that has seen nothing)."""
+    update = """m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen nothing yet
+alpha = EXP(m_i - m_safe)
+l_i = l_i * alpha
+acc = acc * alpha[:, None]
+m_i = m_new"""
+    if rescale == "every_tile":
+        return update
+    # lazy (FlashAttention-4): keep a stale max while no row's max grew by more than TAU (the
+    # probabilities then stay below e^TAU, exact in float32); l and acc share the stale max
+    return ("grow = tl.where(m_new > m_i, m_new - m_i, 0.0)\nif tl.max(grow, 0) > TAU:\n"
+            + "\n".join("    " + ln for ln in update.split("\n"))
+            + '\nm_safe = tl.where(m_i == float("-inf"), 0.0, m_i)')
 
 
 def _merge(combine: str) -> str:
@@ -179,6 +199,7 @@ import triton.language as tl
 
 SPLITS, HEAD_SPLIT, BLOCK_N, NUM_WARPS, NUM_STAGES = {p["splits"]}, {p["head_split"]}, {m["keys_per_tile"]}, {p["num_warps"]}, {m["num_stages"]}
 LOG2E = {1.4426950408889634 if exp2 else 1.0}
+TAU = tl.constexpr({8.0 if exp2 else 5.5})  # lazy rescale: the growth of a row's max tolerated (2^8 or e^5.5)
 
 
 @triton.jit
@@ -219,13 +240,11 @@ def abebot_attention_decode(q_ptr, k_ptr, v_ptr, out_ptr, wo_ptr, wm_ptr, wl_ptr
         seen = (nn[None, :] < lim[:, None]) & (nn[None, :] < k1)
         qk = tl.where(seen, qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen nothing yet
-        alpha = EXP(m_i - m_safe)
+{_indent(_indent(_rescale(s["rescale"])))}
         p = EXP(qk - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = l_i + tl.sum(p, 1)
         v = {_kv_tile(m, "v")}
-        acc = acc * alpha[:, None] + tl.dot({pv})
-        m_i = m_new
+        acc = tl.dot({pv}, acc=acc)
     if ONE_SPLIT:
         tl.store(out_ptr + rows[:, None] + dd[None, :], (acc / l_i[:, None]).to(out_ptr.dtype.element_ty), mask=qo_mask)
     else:
