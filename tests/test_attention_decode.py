@@ -143,7 +143,7 @@ def test_the_cuda_launch_needs_a_workspace_only_with_several_splits_and_sizes_sh
 
     problem = WL.default_problem("cuda")
     main = WL.shapes(problem)[0]
-    lp = {"splits": 16, "keys_per_tile": 64, "head_split": 1, "stages": 2, "acc": "registers"}
+    lp = {"splits": 16, "keys_per_tile": 64, "head_split": 1, "stages": 2, "acc": "registers", "vec": 8}
     floats, ints = cuda.workspace(lp, main)
     assert ints == main["kv_heads"] and floats == 16 * main["kv_heads"] * main["group"] * (main["head_dim"] + 2)
     assert cuda.workspace({**lp, "splits": 1}, main) == (0, 0)

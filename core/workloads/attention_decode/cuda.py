@@ -11,8 +11,8 @@ reset by that block), so one kernel does both passes.
   KV head's query heads (1: the whole group in one block, each KV byte read once);
 * memory_pattern -- keys per tile, the tile load (cp.async or through registers), bytes per
   access (4, 8, 16), one or two tile buffers (the next tile loads during this one; cp.async only);
-* register_allocation -- the output accumulators in registers or shared memory, unroll of the
-  P.V loop;
+* register_allocation -- the output accumulators (units of ``vec`` columns of a row, read from V
+  ``vec`` at a time) in registers or shared memory, unroll of the P.V loop;
 * instruction_sequence -- expf or ex2.approx (log2(e) folded into q), rescaling every tile or only
   when a row's max grew, and the merge of the splits (largest max first, or one by one).
 """
@@ -63,7 +63,7 @@ class CudaAttentionTemplate(Template):
         return GeneSpace(groups, (self._fits,), SEEDS, canonicalisers=CANONICALISERS)
 
     def _fits(self, g: Genome) -> str | None:
-        n = acc_per_thread(g, self.workload, self.problem)
+        n = acc_per_thread(g, self.workload, self.problem) * vec_of(g, self.problem)
         if g["register_allocation"]["acc"] == "registers" and n > MAX_ACC_REGS:
             return f"{n} accumulators per thread in registers (> {MAX_ACC_REGS})"
         return None
@@ -74,8 +74,9 @@ class CudaAttentionTemplate(Template):
         launch = {"threads": p["threads"], "splits": p["splits"], "head_split": p["head_split"],
                   "keys_per_tile": genome["memory_pattern"]["keys_per_tile"],
                   "stages": genome["memory_pattern"]["stages"], "acc": genome["register_allocation"]["acc"],
-                  "dynamic_shared_bytes": most}
-        regs = 40 + (acc_per_thread(genome, self.workload, self.problem) if launch["acc"] == "registers" else 0)
+                  "vec": vec_of(genome, self.problem), "dynamic_shared_bytes": most}
+        regs = 40 + (acc_per_thread(genome, self.workload, self.problem) * launch["vec"]
+                     if launch["acc"] == "registers" else 0)
         resources = {"threads": p["threads"], "shared_bytes": most + 4, "registers": min(255, regs)}
         return KernelSource("cuda", render_source(genome, self.workload, self.problem), ENTRY, ("-std=c++17",),
                             launch, resources)
@@ -170,26 +171,33 @@ def workspace(lp: dict, shape: dict) -> tuple[int, int]:
 
 def shared_bytes_of(lp: dict, problem: dict, shape: dict) -> int:
     """Dynamic shared memory of a launch on ``shape``: two tiles (K and V) per stage with padded
-    rows, q in float, the scores, max, sum and rescale factors, and the accumulators if there."""
+    rows, q in float, the scores, max, sum and rescale factors, and the accumulators if there
+    (whole units of ``vec`` columns per row)."""
     elt = dtype_bytes(problem["dtype"])
     step = 16 // elt
     ks = -(-shape["head_dim"] // step) * step + step
-    rows, d, tile = _rows(shape, lp["head_split"]), shape["head_dim"], lp["keys_per_tile"]
-    floats = rows * d + rows * tile + 3 * rows + (rows * d if lp["acc"] == "shared" else 0)
+    rows, d, tile, vec = _rows(shape, lp["head_split"]), shape["head_dim"], lp["keys_per_tile"], lp["vec"]
+    floats = rows * d + rows * tile + 3 * rows + (rows * -(-d // vec) * vec if lp["acc"] == "shared" else 0)
     return 2 * lp["stages"] * tile * ks * elt + 4 * floats
 
 
 def shared_bytes(g: Genome, problem: dict, shape: dict) -> int:
     p, m = g["parallel_config"], g["memory_pattern"]
     lp = {"head_split": p["head_split"], "keys_per_tile": m["keys_per_tile"], "stages": m["stages"],
-          "acc": g["register_allocation"]["acc"]}
+          "acc": g["register_allocation"]["acc"], "vec": vec_of(g, problem)}
     return shared_bytes_of(lp, problem, shape)
 
 
+def vec_of(g: Genome, problem: dict) -> int:
+    """Elements per access: of the tile loads, of the dot products' key reads and of the output units."""
+    return max(1, g["memory_pattern"]["vec_bytes"] // dtype_bytes(problem["dtype"]))
+
+
 def acc_per_thread(g: Genome, workload: Any, problem: dict) -> int:
-    """Accumulators a thread owns: the most rows x head dim of any verification shape, over the threads."""
-    hs, threads = g["parallel_config"]["head_split"], g["parallel_config"]["threads"]
-    most = max(_rows(s, hs) * s["head_dim"] for s in workload.shapes(problem))
+    """Output units (a row's ``vec`` columns) a thread owns: the most of any verification shape
+    (rows x column groups), over the threads."""
+    hs, threads, vec = g["parallel_config"]["head_split"], g["parallel_config"]["threads"], vec_of(g, problem)
+    most = max(_rows(s, hs) * -(-s["head_dim"] // vec) for s in workload.shapes(problem))
     return -(-most // threads)
 
 
@@ -201,7 +209,7 @@ def render_source(g: Genome, workload: Any, problem: dict) -> str:
     elt = dtype_bytes(dtype)
     values = {"THREADS": p["threads"], "SPLITS": f"{p['splits']}  // the grid's x: set at launch, recorded here",
               "HEAD_SPLIT": p["head_split"], "TILE": m["keys_per_tile"],
-              "STAGES": m["stages"], "CP_ASYNC": m["load"] == "cp_async", "VEC": max(1, m["vec_bytes"] // elt),
+              "STAGES": m["stages"], "CP_ASYNC": m["load"] == "cp_async", "VEC": vec_of(g, problem),
               "ELT": elt, "ACC_REGS": r["acc"] == "registers",
               **({"ACC_N": acc_per_thread(g, workload, problem)} if r["acc"] == "registers" else {}),
               "EXP2": s["exp"] == "ex2_approx", "LAZY": s["rescale"] == "lazy",

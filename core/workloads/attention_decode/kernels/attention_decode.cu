@@ -7,7 +7,7 @@
  *   TILE, STAGES     keys per tile staged in shared memory; 2: the next tile loads during this one
  *   CP_ASYNC, VEC    the tile load: cp.async (1) or loads and stores through registers (0), VEC
  *                    elements (VEC * ELT bytes) per access; a scalar copy where rows are unaligned
- *   ACC_REGS, ACC_N  output accumulators in registers (ACC_N per thread) or in shared memory
+ *   ACC_REGS, ACC_N  output accumulators in registers (ACC_N units of VEC per thread) or in shared memory
  *   {{unroll}}       (a slot) the unroll of the P.V loop over a tile's keys
  *   EXP2             1: ex2.approx with log2(e) folded into q; 0: expf
  *   LAZY             1: the accumulators are rescaled only when a row's max grew
@@ -86,17 +86,22 @@ template <int N> static __device__ __forceinline__ void wait_tiles() {
 #endif
 }
 
+// VEC elements of T at p (aligned to VEC * ELT bytes) -> VEC floats
+static __device__ __forceinline__ void to_floats(const T *p, float *o) {
+    const VT v = *(const VT *)p;
+    const unsigned *w = (const unsigned *)&v;
+    constexpr int BYTES = VEC * ELT;
+#include "../../kernels/words_to_floats.cuh"
+}
+
 // q . k over d elements: q floats, k a shared row of T, VEC at a time where aligned
 static __device__ __forceinline__ float dot(const float *qr, const T *kr, int d, bool vec_ok) {
     float s = 0.0f;
     int c = 0;
     if (vec_ok) {
         for (; c + VEC <= d; c += VEC) {
-            const VT v = *(const VT *)(kr + c);
-            const unsigned *w = (const unsigned *)&v;
             float o[VEC];
-            constexpr int BYTES = VEC * ELT;
-#include "../../kernels/words_to_floats.cuh"
+            to_floats(kr + c, o);
 #pragma unroll
             for (int e = 0; e < VEC; ++e) s = fmaf(qr[c + e], o[e], s);
         }
@@ -129,18 +134,22 @@ abebot_attention_decode(const T *__restrict__ q, const T *__restrict__ k, const 
     const bool vec_ok = d % VEC == 0 && any % (VEC * ELT) == 0;
     const float qscale = rsqrtf((float)d) * (EXP2 ? 1.4426950408889634f : 1.0f);
 
+    // output units: row r, columns c .. c + VEC - 1 (a row's last unit may run past d, into the
+    // padding of the shared rows; those columns are computed from whatever is there and never stored)
+    const int ncg = (d + VEC - 1) / VEC, units = R * ncg;
     for (int idx = threadIdx.x; idx < R * d; idx += THREADS) {
         const int r = idx / d, c = idx - r * d;
         qs[idx] = to_f(q[row0 + (r / cnt) * jstride + (long long)(r % cnt) * d + c]) * qscale;
-#if !ACC_REGS
-        acc_s[idx] = 0.0f;
-#endif
     }
     for (int r = threadIdx.x; r < R; r += THREADS) { ms[r] = -__int_as_float(0x7f800000); ls[r] = 0.0f; }
 #if ACC_REGS
-    float acc[ACC_N];
+    float acc[ACC_N][VEC];  // unit threadIdx.x + a * THREADS
 #pragma unroll
-    for (int a = 0; a < ACC_N; ++a) acc[a] = 0.0f;
+    for (int a = 0; a < ACC_N; ++a)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[a][e] = 0.0f;
+#else
+    for (int i = threadIdx.x; i < units * VEC; i += THREADS) acc_s[i] = 0.0f;  // unit u at acc_s + u * VEC
 #endif
 
     const int k0 = s * split_len, k1 = min(k0 + split_len, context), ntiles = (k1 - k0 + TILE - 1) / TILE;
@@ -191,70 +200,71 @@ abebot_attention_decode(const T *__restrict__ q, const T *__restrict__ k, const 
             }
         }
         __syncthreads();
-        // P.V: each thread owns fixed (row, column) outputs
+        // P.V: each thread owns fixed output units, VEC columns of V read at a time
 #if ACC_REGS
 #pragma unroll
         for (int a = 0; a < ACC_N; ++a) {
-            const int idx = threadIdx.x + a * THREADS;
-            if (idx < R * d) {
-                const int r = idx / d, c = idx - r * d;
-                float x = acc[a];
+            const int u = threadIdx.x + a * THREADS;
+            if (u < units) {
+                float *x = acc[a];
 #else
-        for (int idx = threadIdx.x; idx < R * d; idx += THREADS) {
+        for (int u = threadIdx.x; u < units; u += THREADS) {
             {
-                const int r = idx / d, c = idx - r * d;
-                float x = acc_s[idx];
+                float *x = acc_s + u * VEC;
 #endif
+                const int r = u / ncg, c = (u - r * ncg) * VEC;
+                const float al = as[r];
 #if LAZY
-                if (as[r] != 1.0f) x *= as[r];
+                if (al != 1.0f) {
 #else
-                x *= as[r];
+                {
 #endif
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) x[e] *= al;
+                }
                 const float *p = sc + r * TILE;
 #pragma unroll {{unroll}}
-                for (int i = 0; i < nt; ++i) x = fmaf(p[i], to_f(vt[i * KS + c]), x);
-#if ACC_REGS
-                acc[a] = x;
-#else
-                acc_s[idx] = x;
-#endif
+                for (int i = 0; i < nt; ++i) {
+                    float o[VEC];
+                    to_floats(vt + i * KS + c, o);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) x[e] = fmaf(p[i], o[e], x[e]);
+                }
             }
         }
         __syncthreads();  // the buffers are refilled next
     }
 
-    const long long orow0 = row0;  // out has q's layout
-    if (ns == 1) {
-#if ACC_REGS
-#pragma unroll
-        for (int a = 0; a < ACC_N; ++a) {
-            const int idx = threadIdx.x + a * THREADS;
-            if (idx < R * d) {
-                const float x = acc[a];
-#else
-        for (int idx = threadIdx.x; idx < R * d; idx += THREADS) {
-            {
-                const float x = acc_s[idx];
-#endif
-                const int r = idx / d, c = idx - r * d;
-                out[orow0 + (r / cnt) * jstride + (long long)(r % cnt) * d + c] = from_f(x / ls[r]);
-            }
-        }
-        return;
-    }
-
-    // several splits: the partials to the workspace, then the last block of this share merges them
+    // this thread's units, for the output (one split) or the workspace (several)
     const long long g = ((long long)b * kv_heads + h) * HEAD_SPLIT + hs;
-    float *wm = wml, *wl = wml + (long long)gridDim.z * kv_heads * HEAD_SPLIT * ns * RB;
+    float *part = wo + (g * ns + s) * RB * d;  // this block's partial rows
 #if ACC_REGS
 #pragma unroll
     for (int a = 0; a < ACC_N; ++a) {
-        const int idx = threadIdx.x + a * THREADS;
-        if (idx < R * d) wo[(g * ns + s) * RB * d + idx] = acc[a];
-    }
+        const int u = threadIdx.x + a * THREADS;
+        if (u < units) {
+            const float *x = acc[a];
 #else
-    for (int idx = threadIdx.x; idx < R * d; idx += THREADS) wo[(g * ns + s) * RB * d + idx] = acc_s[idx];
+    for (int u = threadIdx.x; u < units; u += THREADS) {
+        {
+            const float *x = acc_s + u * VEC;
 #endif
+            const int r = u / ncg, c = (u - r * ncg) * VEC;
+            if (ns == 1) {
+                const float inv = 1.0f / ls[r];
+                T *o = out + row0 + (r / cnt) * jstride + (long long)(r % cnt) * d + c;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) if (c + e < d) o[e] = from_f(x[e] * inv);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) if (c + e < d) part[r * d + c + e] = x[e];
+            }
+        }
+    }
+    if (ns == 1) return;
+
+    // several splits: the max and sum too, then the last block of this share merges the partials
+    float *wm = wml, *wl = wml + (long long)gridDim.z * kv_heads * HEAD_SPLIT * ns * RB;
     for (int r = threadIdx.x; r < R; r += THREADS) { wm[(g * ns + s) * RB + r] = ms[r]; wl[(g * ns + s) * RB + r] = ls[r]; }
     __threadfence();
     __syncthreads();
@@ -284,7 +294,7 @@ abebot_attention_decode(const T *__restrict__ q, const T *__restrict__ k, const 
             x += __ldcg(wo + (at + t * RB) * d + c) * w;
         }
 #endif
-        out[orow0 + (r / cnt) * jstride + (long long)(r % cnt) * d + c] = from_f(x / l);
+        out[row0 + (r / cnt) * jstride + (long long)(r % cnt) * d + c] = from_f(x / l);
     }
     if (threadIdx.x == 0) tickets[g] = 0;  // ready for the next launch
 }
