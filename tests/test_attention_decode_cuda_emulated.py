@@ -170,10 +170,11 @@ def run_case(lib: ctypes.CDLL, kernel, problem: dict, shape: dict, seed: int) ->
 
 GENES = [  # (group, gene, value) changes to the fast seed, one genome each
     (),
-    (("parallel_config", "splits", 4), ("instruction_sequence", "combine", "running")),
+    (("parallel_config", "splits", 4), ("instruction_sequence", "combine", "running"),
+     ("register_allocation", "score_rows", 8)),
     (("parallel_config", "head_split", 2), ("register_allocation", "acc", "shared"), ("memory_pattern", "stages", 1)),
     (("parallel_config", "threads", 64), ("memory_pattern", "load", "plain"), ("memory_pattern", "vec_bytes", 8),
-     ("memory_pattern", "keys_per_tile", 16)),
+     ("memory_pattern", "keys_per_tile", 16), ("register_allocation", "score_rows", 2)),
     (("parallel_config", "head_split", 4), ("parallel_config", "splits", 64), ("instruction_sequence", "exp", "expf"),
      ("instruction_sequence", "rescale", "every_tile"), ("memory_pattern", "vec_bytes", 4)),
 ]

@@ -11,7 +11,7 @@ reset by that block), so one kernel does both passes.
   KV head's query heads (1: the whole group in one block, each KV byte read once);
 * memory_pattern -- keys per tile, the tile load (cp.async or through registers), bytes per
   access (4, 8, 16), one or two tile buffers (the next tile loads during this one; cp.async only);
-* register_allocation -- the output accumulators (units of ``vec`` columns of a row, read from V
+* register_allocation -- query rows a thread scores against each key row it reads, the output accumulators (units of ``vec`` columns of a row, read from V
   ``vec`` at a time) in registers or shared memory, unroll of the P.V loop;
 * instruction_sequence -- expf or ex2.approx (log2(e) folded into q), rescaling every tile or only
   when a row's max grew, and the merge of the splits (largest max first, or one by one).
@@ -53,6 +53,7 @@ class CudaAttentionTemplate(Template):
             "register_allocation": (
                 ChoiceGene("acc", ("registers", "shared"), "where the output accumulators live"),
                 ChoiceGene("unroll", (1, 2, 4, 8), "unroll of the P.V loop over a tile's keys"),
+                ChoiceGene("score_rows", (1, 2, 4, 8), "query rows a thread scores against one key row"),
             ),
             "instruction_sequence": (
                 ChoiceGene("exp", ("expf", "ex2_approx"), "expf, or ex2.approx with log2(e) folded into q"),
@@ -119,11 +120,11 @@ TEMPLATE = CudaAttentionTemplate
 SEEDS = (
     {"parallel_config": {"threads": 128, "splits": 1, "head_split": 1},
      "memory_pattern": {"keys_per_tile": 32, "load": "plain", "vec_bytes": 16, "stages": 1},
-     "register_allocation": {"acc": "shared", "unroll": 1},
+     "register_allocation": {"acc": "shared", "unroll": 1, "score_rows": 1},
      "instruction_sequence": {"exp": "expf", "rescale": "every_tile", "combine": "max_first"}},
     {"parallel_config": {"threads": 256, "splits": 16, "head_split": 1},
      "memory_pattern": {"keys_per_tile": 64, "load": "cp_async", "vec_bytes": 16, "stages": 2},
-     "register_allocation": {"acc": "registers", "unroll": 4},
+     "register_allocation": {"acc": "registers", "unroll": 4, "score_rows": 4},
      "instruction_sequence": {"exp": "ex2_approx", "rescale": "lazy", "combine": "max_first"}},
 )
 
@@ -210,7 +211,7 @@ def render_source(g: Genome, workload: Any, problem: dict) -> str:
     values = {"THREADS": p["threads"], "SPLITS": f"{p['splits']}  // the grid's x: set at launch, recorded here",
               "HEAD_SPLIT": p["head_split"], "TILE": m["keys_per_tile"],
               "STAGES": m["stages"], "CP_ASYNC": m["load"] == "cp_async", "VEC": vec_of(g, problem),
-              "ELT": elt, "ACC_REGS": r["acc"] == "registers",
+              "ELT": elt, "SROWS": r["score_rows"], "ACC_REGS": r["acc"] == "registers",
               **({"ACC_N": acc_per_thread(g, workload, problem)} if r["acc"] == "registers" else {}),
               "EXP2": s["exp"] == "ex2_approx", "LAZY": s["rescale"] == "lazy",
               "COMBINE_RUNNING": s["combine"] == "running"}

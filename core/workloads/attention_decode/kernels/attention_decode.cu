@@ -7,6 +7,7 @@
  *   TILE, STAGES     keys per tile staged in shared memory; 2: the next tile loads during this one
  *   CP_ASYNC, VEC    the tile load: cp.async (1) or loads and stores through registers (0), VEC
  *                    elements (VEC * ELT bytes) per access; a scalar copy where rows are unaligned
+ *   SROWS            query rows a thread scores against one key in the score step
  *   ACC_REGS, ACC_N  output accumulators in registers (ACC_N units of VEC per thread) or in shared memory
  *   {{unroll}}       (a slot) the unroll of the P.V loop over a tile's keys
  *   EXP2             1: ex2.approx with log2(e) folded into q; 0: expf
@@ -94,20 +95,25 @@ static __device__ __forceinline__ void to_floats(const T *p, float *o) {
 #include "../../kernels/words_to_floats.cuh"
 }
 
-// q . k over d elements: q floats, k a shared row of T, VEC at a time where aligned
-static __device__ __forceinline__ float dot(const float *qr, const T *kr, int d, bool vec_ok) {
-    float s = 0.0f;
-    int c = 0;
-    if (vec_ok) {
-        for (; c + VEC <= d; c += VEC) {
-            float o[VEC];
-            to_floats(kr + c, o);
+// SROWS dot products of one key row kr (shared, T) with the q rows qr[0..SROWS) (shared floats, row
+// stride d): VEC elements of the key at a time (shared rows are aligned), then a scalar tail
+static __device__ __forceinline__ void dots(const float *const *qr, const T *kr, int d, float *acc) {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) s = fmaf(qr[c + e], o[e], s);
-        }
+    for (int j = 0; j < SROWS; ++j) acc[j] = 0.0f;
+    int c = 0;
+    for (; c + VEC <= d; c += VEC) {
+        float o[VEC];
+        to_floats(kr + c, o);
+#pragma unroll
+        for (int j = 0; j < SROWS; ++j)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[j] = fmaf(qr[j][c + e], o[e], acc[j]);
     }
-    for (; c < d; ++c) s = fmaf(qr[c], to_f(kr[c]), s);
-    return s;
+    for (; c < d; ++c) {
+        const float kc = to_f(kr[c]);
+#pragma unroll
+        for (int j = 0; j < SROWS; ++j) acc[j] = fmaf(qr[j][c], kc, acc[j]);
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
@@ -171,11 +177,20 @@ abebot_attention_decode(const T *__restrict__ q, const T *__restrict__ k, const 
         }
         __syncthreads();
         const T *kt = ks + buf * TILE * KS, *vt = vs + buf * TILE * KS;
-        // scores: (row, key) pairs, keys fastest (a warp reads one q row, many key rows)
-        for (int idx = threadIdx.x; idx < R * nt; idx += THREADS) {
-            const int r = idx / nt, i = idx - r * nt;
-            const bool seen = t0 + i < context - queries + r / cnt + 1;
-            sc[r * TILE + i] = seen ? dot(qs + r * d, kt + i * KS, d, vec_ok) : -__int_as_float(0x7f800000);
+        // scores: a thread takes one key and SROWS rows (each key row read once for them), keys
+        // fastest (a warp reads the same q rows, many key rows)
+        for (int idx = threadIdx.x; idx < (R + SROWS - 1) / SROWS * nt; idx += THREADS) {
+            const int r0 = idx / nt * SROWS, i = idx - idx / nt * nt;
+            const float *qr[SROWS];
+            float sj[SROWS];
+#pragma unroll
+            for (int j = 0; j < SROWS; ++j) qr[j] = qs + min(r0 + j, R - 1) * d;  // past the last row: a repeat, not stored
+            dots(qr, kt + i * KS, d, sj);
+#pragma unroll
+            for (int j = 0; j < SROWS; ++j) {
+                const int r = r0 + j;
+                if (r < R) sc[r * TILE + i] = t0 + i < context - queries + r / cnt + 1 ? sj[j] : -__int_as_float(0x7f800000);
+            }
         }
         __syncthreads();
         // the online softmax: a warp per row
