@@ -154,3 +154,15 @@ def test_the_cuda_launch_needs_a_workspace_only_with_several_splits_and_sizes_sh
         kernel = tpl.render(g)
         assert kernel.launch["dynamic_shared_bytes"] == max(cuda.shared_bytes_of(kernel.launch, problem, s)
                                                             for s in WL.shapes(problem))
+
+
+def test_the_h200_check_script_takes_the_seeds_and_valid_variants_of_both_gpu_templates():
+    from benchmarks.tools.attention_check import HEADS, genomes, main
+
+    for backend in ("cuda", "triton"):
+        problem = WL.validate_problem({**HEADS, "context": 8192, "queries": 5}, backend)
+        tpl = WL.template(backend, problem, dataclasses.replace(SIMULATED_GPU, backend=backend))
+        gs = genomes(tpl, backend)
+        assert gs[:2] == tpl.gene_space().seed_genomes() and len(gs) > 3 and len(set(gs)) == len(gs)
+        assert all(tpl.gene_space().validate(g) is None and tpl.resource_violation(tpl.render(g)) is None for g in gs)
+    assert main(["--contexts", "8k"]) == 2

@@ -13,9 +13,10 @@ problem) as it finishes, then a summary object; ``--out FILE`` writes the list t
     python3 -m benchmarks.tools.attention_check [--out attention.json] [--backends cuda,triton]
         [--contexts 1024,8192] [--queries 1,5] [--cache cold|hot] [--budget-s 280]
 
-The genomes are each template's seeds and a few one-gene variants of its fast seed (more splits
-at long contexts, the other merge, heads split over two blocks). A problem not started within
-``--budget-s`` seconds is skipped with a line, so the whole call stays under five minutes.
+The genomes are each template's seeds and a few one-gene variants of its fast seed (more splits,
+more rows per score thread, the other load path or merge). Problems run longest context and one
+query token first, both backends each; a problem not started within ``--budget-s`` seconds is
+skipped with a line, so the whole call stays under five minutes.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ HEADS = {"kv_heads": 8, "group": 8, "head_dim": 128, "batch": 1, "dtype": "bfloa
 # one-gene variants of each backend's fast seed: (group, gene, value)
 VARIANTS = {
     "cuda": [("parallel_config", "splits", 32), ("parallel_config", "splits", 64),
-             ("instruction_sequence", "combine", "running"), ("memory_pattern", "load", "plain")],
+             ("register_allocation", "score_rows", 8), ("memory_pattern", "load", "plain")],
     "triton": [("parallel_config", "splits", 32), ("instruction_sequence", "combine", "running"),
                ("memory_pattern", "kv_load", "plain")],
 }
@@ -110,23 +111,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"flashinfer: not importable ({type(exc).__name__}: {exc}); its baseline is skipped", flush=True)
     t0, results = time.time(), []
     runs_dir = Path(tempfile.mkdtemp(prefix="abebot-attention-check-"))
+    backends = []
     for backend in args.backends.split(","):
         why = availability(backend)
         if why:
             print(f"{backend}: unavailable ({why}); skipped", flush=True)
-            continue
-        for context in contexts:
-            for q in queries:
-                problem = {**HEADS, "context": context, "queries": q, "cache": args.cache}
-                if time.time() - t0 > args.budget_s:
-                    print(f"{backend} {problem}: skipped, past the {args.budget_s:.0f} s budget", flush=True)
-                    continue
-                try:
-                    res = check_problem(backend, problem, runs_dir, args.second_method)
-                except Exception as exc:  # one problem's failure does not hide the others
-                    res = {"backend": backend, "problem": problem, "error": f"{type(exc).__name__}: {exc}"}
-                print(json.dumps(res), flush=True)
-                results.append(res)
+        else:
+            backends.append(backend)
+    # the longest context and one query token first: the issue's goal is at 8k keys, batch 1
+    order = sorted(((c, q) for c in contexts for q in queries), key=lambda cq: (cq[1], -cq[0]))
+    for context, q in order:
+        for backend in backends:
+            problem = {**HEADS, "context": context, "queries": q, "cache": args.cache}
+            if time.time() - t0 > args.budget_s:
+                print(f"{backend} {problem}: skipped, past the {args.budget_s:.0f} s budget", flush=True)
+                continue
+            try:
+                res = check_problem(backend, problem, runs_dir, args.second_method)
+            except Exception as exc:  # one problem's failure does not hide the others
+                res = {"backend": backend, "problem": problem, "error": f"{type(exc).__name__}: {exc}"}
+            print(json.dumps(res), flush=True)
+            results.append(res)
     summary = {"summary": [{"backend": r["backend"], "context": r["problem"]["context"],
                             "queries": r["problem"]["queries"], "primary": r.get("primary"),
                             "primary_us": r.get("primary_us"),
