@@ -14,6 +14,7 @@ WORKLOADS: dict[str, str] = {
     "gather_gemv": "core.workloads.gather_gemv:GatherGemvWorkload",
     "w4a16": "core.workloads.w4a16:W4A16Workload",
     "rmsnorm_w4a16": "core.workloads.rmsnorm_w4a16:RmsNormW4A16Workload",
+    "attention_decode": "core.workloads.attention_decode:AttentionDecodeWorkload",
 }
 
 
