@@ -1,0 +1,168 @@
+"""One library entry made runnable on this device: hash-checked, loaded, verified, bound.
+
+:func:`load_entry` turns a manifest :class:`~core.library.manifest.Entry` into a :class:`Loaded`:
+
+1. the source and the artefact must match their sha256 in the manifest (else :class:`Refused`);
+2. on the device the entry was built on, its artefact is loaded as it is
+   (``make_backend(backend).make_runtime().load(Artifact(...))``); on another device of the same
+   architecture, or where the entry has no artefact, the kept source is compiled here by the
+   backend (into its content-addressed cache), since a ``-march=native`` object may not run on
+   another CPU of the same architecture;
+3. it must pass :func:`core.library.verify.check_kernel` on this device before its first use; the
+   outcome is remembered by artefact hash and device (:class:`core.library.verify.VerifiedCache`).
+
+:meth:`Loaded.launch` then runs it on a call's torch tensors. The launcher the workload template's
+``bind`` builds (pointers, grid, workspace worked out once) is cached per (call signature, tensor
+addresses), so a repeated call costs a dictionary lookup and the launch itself. A launcher holds
+only addresses and sizes (Triton's holds its tensors: at most :data:`BOUND_PER_ENTRY` sets stay
+alive). What a template repacks from a weight (the C w4a16 kernel's column panels) is made once per
+weight tensor and kept with it: weights are taken to be fixed once a model is loaded.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+from core.backends import backend_class
+from core.backends.base import Artifact, KernelSource
+from core.library.verify import VerifiedCache, check_kernel
+from core.workloads import get_workload
+
+BOUND_PER_ENTRY = 64  # launchers kept per entry (least recently used dropped first)
+
+
+class Refused(Exception):
+    """The entry cannot be used on this device; ``str()`` says why in one line."""
+
+
+class Loaded:
+    """An entry loaded and verified on this device, with its launchers by call."""
+
+    def __init__(self, entry: Any, backend: Any, runtime: Any, kernel: Any, workload: Any):
+        self.entry, self.backend, self.runtime, self.kernel, self.workload = entry, backend, runtime, kernel, workload
+        self.numpy = backend_class(entry.backend).arrays == "numpy"
+        self.weights = tuple(workload.weights(dict(entry.problem)))
+        self._bound: OrderedDict = OrderedDict()
+        self._packed: dict = {}  # weight identity -> (repacked tensors, the weights kept alive)
+        self._beyond: dict[int, str | None] = {}  # M above the bucket -> outcome of its check
+
+    def check_beyond(self, problem: dict, m_param: str) -> str | None:
+        """For a call whose M exceeds the entry's bucket (the largest bucket serves every larger M):
+        the quick check again at the call's M, once per M; None when it passes, else why not."""
+        m = int(problem[m_param])
+        if m not in self._beyond:
+            wanted = {**self.entry.problem, **{k: v for k, v in problem.items() if k != m_param}, m_param: m}
+            try:
+                problem = self.workload.validate_problem(wanted, self.entry.backend)
+                self._beyond[m] = check_kernel(self.workload, lambda s: self.template({**problem, **s}),
+                                               self.runtime, self.kernel, problem, shapes=[_sizes(problem)])
+            except Exception as exc:  # noqa: BLE001 -- a crash in the check refuses this M
+                self._beyond[m] = f"the check raised {type(exc).__name__}: {exc}"
+        return self._beyond[m]
+
+    def launch(self, sig: tuple, problem: dict, tensors: dict) -> None:
+        """Run the kernel once on ``tensors`` (torch tensors by the workload's names, contiguous,
+        on this entry's device) for the call ``problem`` whose signature is ``sig``."""
+        key = (sig, *[t.data_ptr() for t in tensors.values()])
+        fn = self._bound.get(key)
+        if fn is None:
+            fn = self._bind(key, problem, tensors)
+        fn()
+
+    def _bind(self, key: tuple, problem: dict, tensors: dict) -> Callable[[], Any]:
+        arrays = {name: (t.detach().numpy() if self.numpy else t) for name, t in tensors.items()}
+        shape = _sizes(problem)
+        template = self.template({**self.entry.problem, **problem})
+        packed = self._repack(template, tensors, arrays, shape)
+        fn = template.bind(self.kernel, {**arrays, **packed}, shape)
+        self._bound[key] = fn
+        while len(self._bound) > BOUND_PER_ENTRY:
+            self._bound.popitem(last=False)
+        return fn
+
+    def _repack(self, template: Any, tensors: dict, arrays: dict, shape: dict) -> dict:
+        names = [n for n in self.weights if n in tensors]
+        if not names:
+            return {}
+        ident = tuple((n, tensors[n].data_ptr(), tuple(tensors[n].shape), tensors[n]._version) for n in names)
+        hit = self._packed.get(ident)
+        if hit is None:
+            made = template.repack(self.kernel, self.runtime.arrays, {n: arrays[n] for n in names}, dict(shape)) or {}
+            hit = self._packed[ident] = (made, [tensors[n] for n in names])
+        return hit[0]
+
+    def template(self, problem: dict) -> Any:
+        """The workload's template for ``problem`` on this device (its ``bind`` reads the problem's
+        runtime settings: eps, residual, zero points)."""
+        return self.workload.template(self.entry.backend, problem, self.backend.device)
+
+
+def _sizes(problem: dict) -> dict:
+    return {k: v for k, v in problem.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def load_entry(entry: Any, root: Path, backend: Any, runtime: Any, build_dir: Path,
+               verified: VerifiedCache) -> Loaded:
+    """``entry`` of the library at ``root`` loaded into ``runtime`` (of ``backend``, this device)
+    and verified here; :class:`Refused` with the reason when it cannot be used."""
+    why = entry.verify_files(root)
+    if why:
+        raise Refused(why)
+    workload = get_workload(entry.op)
+    try:
+        problem = workload.validate_problem(dict(entry.problem), entry.backend)
+    except ValueError as exc:
+        raise Refused(f"entry {entry.id}: its problem is not valid here: {exc}") from None
+    artifact, ident = _artifact(entry, root, backend, workload, problem, build_dir)
+    try:
+        kernel = runtime.load(artifact)
+    except Exception as exc:  # noqa: BLE001 -- a kernel that does not load is refused, never fatal
+        raise Refused(f"entry {entry.id}: does not load here: {type(exc).__name__}: {exc}") from None
+    loaded = Loaded(entry, backend, runtime, kernel, workload)
+    cache_key = VerifiedCache.key(ident, backend.device.name)
+    known = verified.get(cache_key)
+    if known is None:
+        try:
+            why = check_kernel(workload, lambda s: loaded.template({**problem, **s}), runtime, kernel, problem)
+        except Exception as exc:  # noqa: BLE001 -- a crash in the check refuses the entry
+            why = f"the check raised {type(exc).__name__}: {exc}"
+        verified.put(cache_key, why)
+        known = verified.get(cache_key)
+    if not known["ok"]:
+        raise Refused(f"entry {entry.id}: failed verification on this device: {known['detail']}")
+    return loaded
+
+
+def _artifact(entry: Any, root: Path, backend: Any, workload: Any, problem: dict, build_dir: Path) -> tuple[Artifact, str]:
+    """(the artifact to load, the identity its verification is remembered by)."""
+    launch = dict(entry.launch)
+    name = launch.get("entry")
+    same_device = entry.device.get("name") == backend.device.name
+    if same_device and entry.artefact is not None and name:
+        return (Artifact(backend=entry.backend, source_hash=entry.source_hash[:24], entry=name,
+                         path=str(entry.artefact_path(root)), launch=launch), entry.artefact_hash)
+    kernel = _kernel_source(entry, root, workload, problem, backend)
+    try:
+        artifact = backend.compile(kernel, build_dir)
+    except Exception as exc:  # noqa: BLE001 -- CompileError, a missing toolchain...
+        raise Refused(f"entry {entry.id}: its source does not compile here: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    return artifact, f"built:{artifact.source_hash}"
+
+
+def _kernel_source(entry: Any, root: Path, workload: Any, problem: dict, backend: Any) -> KernelSource:
+    """The kept source with its entry point, flags and launch: from ``launch`` where the manifest
+    has them, else from rendering the entry's genome (used only if it renders the same source)."""
+    source = entry.source_path(root).read_text()
+    launch = dict(entry.launch)
+    if launch.get("entry") and "flags" in launch:
+        return KernelSource(entry.backend, source, launch["entry"], tuple(launch["flags"]), launch)
+    genome = (entry.provenance or {}).get("genome")
+    if genome is None:
+        raise Refused(f"entry {entry.id}: its launch lacks the entry point and flags, and it has no genome")
+    template = workload.template(entry.backend, problem, backend.device)
+    rendered = template.render(template.gene_space().from_json(genome))
+    if rendered.source != source:
+        raise Refused(f"entry {entry.id}: its genome no longer renders its source, and its launch lacks flags")
+    return KernelSource(entry.backend, source, rendered.entry, rendered.flags, {**rendered.launch, **launch},
+                        rendered.resources)
