@@ -1,0 +1,204 @@
+"""The library's PyTorch ops: ``abebot::rmsnorm``, ``abebot::rope``, ``abebot::silu_mul``, ``abebot::w4a16``.
+
+Each op is a ``torch.library.custom_op`` with a ``register_fake``, so ``torch.compile`` sees one
+opaque node of known output shape (no graph break into the dispatcher's Python) and CUDA graph
+capture records the kernel launch. Each dispatches through the active
+:class:`~core.library.dispatcher.Dispatcher` (:func:`activate`; ``patch(model, library)`` activates
+its own) and falls back to the native path (:mod:`core.library.native`) when no entry serves the
+call, when no dispatcher is active, or when a tensor is not laid out as the kernels read it
+(not contiguous, mixed dtypes).
+
+The public functions :func:`rmsnorm`, :func:`rope`, :func:`silu_mul` and :func:`w4a16` are what a
+model calls. Under ``torch.compile`` they emit the custom op; in eager mode they call its
+implementation directly: the custom-op dispatcher alone costs about 11 us of host time per call
+on our development CPU (``benchmarks/tools/library_overhead.py``), over twice the 5 us budget of a
+whole call, and it adds nothing outside a trace. A capture or a compiled graph must be preceded by
+one eager call of each shape: an entry is loaded and verified at its first call, which must not
+happen inside a capture.
+
+Argument conventions (the workloads' layouts, docs/library.md):
+
+* ``rmsnorm(x (..., hidden), weight (hidden,), residual=None, eps)`` -> out; with ``residual``,
+  ``x + residual`` is what is normalised and it is written back into ``residual``;
+* ``rope(positions (tokens,), q (tokens, q_heads * head), k (tokens, kv_heads * head),
+  cos_sin_cache (max_positions, 2, head // 2))`` rotates q and k in place (NeoX style);
+* ``silu_mul(gate (..., hidden), up (..., hidden))`` -> ``silu(gate) * up``;
+* ``w4a16(x (..., K), qweight (K // 8, N) int32, scales (K // 128, N), zeros (K // 128, N) uint8 or
+  None)`` -> (..., N): GPTQ's layout (:mod:`core.library.quant_linear`).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from core.library import native
+from core.library.dispatcher import Dispatcher
+
+_state: dict = {"dispatcher": None}
+
+
+def activate(dispatcher: Dispatcher | None) -> Dispatcher | None:
+    """Make ``dispatcher`` the one every op call goes through (None: native paths only); returns
+    the one it replaces."""
+    previous, _state["dispatcher"] = _state["dispatcher"], dispatcher
+    return previous
+
+
+def active() -> Dispatcher | None:
+    """The dispatcher op calls go through now."""
+    return _state["dispatcher"]
+
+
+def _where(t: torch.Tensor) -> tuple[str, int]:
+    return ("gpu", t.device.index or 0) if t.is_cuda else ("cpu", 0)
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).rpartition(".")[2]
+
+
+def _dense(*tensors: Optional[torch.Tensor]) -> bool:
+    return all(t is None or t.is_contiguous() for t in tensors)
+
+
+# -- implementations (eager: called directly; compiled: inside the custom op) -----------------------
+
+def rmsnorm_impl(x: torch.Tensor, weight: torch.Tensor, residual: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+    cols = x.shape[-1]
+    d = _state["dispatcher"]
+    if d is not None and _dense(x, weight, residual) and weight.dtype == x.dtype:
+        x2, out = x.view(-1, cols), torch.empty_like(x)
+        problem = {"rows": x2.shape[0], "cols": cols, "dtype": _dtype(x), "residual": residual is not None,
+                   "eps": float(eps)}
+        t = {"x": x2, "w": weight, "out": out.view(-1, cols)}
+        if residual is not None:
+            t["residual"] = residual.view(-1, cols)
+        if d.run("rmsnorm", problem, t, *_where(x)):
+            return out
+    res = None if residual is None else residual.view(-1, cols)
+    return native.rmsnorm(x.reshape(-1, cols), weight, res, eps).view(x.shape)
+
+
+def rope_impl(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
+    tokens, half = positions.numel(), cos_sin_cache.shape[-1]
+    q4, k4 = q.view(tokens, -1, 2, half), k.view(tokens, -1, 2, half)
+    d = _state["dispatcher"]
+    if d is not None and _dense(q, k, cos_sin_cache) and q.dtype == k.dtype == cos_sin_cache.dtype:
+        pos = positions if positions.dtype == torch.int32 else positions.to(torch.int32)
+        problem = {"tokens": tokens, "q_heads": q4.shape[1], "kv_heads": k4.shape[1], "half_dim": half,
+                   "max_positions": cos_sin_cache.shape[0], "dtype": _dtype(q)}
+        t = {"positions": pos.view(-1), "cos_sin_cache": cos_sin_cache, "q": q4, "k": k4}
+        if d.run("rope", problem, t, *_where(q)):
+            return
+    native.rope(positions.view(-1), q4, k4, cos_sin_cache)
+
+
+def silu_mul_impl(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    hidden = gate.shape[-1]
+    d = _state["dispatcher"]
+    if d is not None and _dense(gate, up) and gate.dtype == up.dtype and gate.shape == up.shape:
+        out = torch.empty_like(gate)
+        problem = {"tokens": gate.numel() // hidden, "hidden": hidden, "dtype": _dtype(gate)}
+        t = {"gate": gate.view(-1, hidden), "up": up.view(-1, hidden), "out": out.view(-1, hidden)}
+        if d.run("silu_mul", problem, t, *_where(gate)):
+            return out
+    return native.silu_mul(gate, up)
+
+
+def w4a16_impl(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+               zeros: Optional[torch.Tensor]) -> torch.Tensor:
+    k, n = x.shape[-1], qweight.shape[-1]
+    groups = k // 128
+    m = x.numel() // k
+    words = qweight.view(groups, 16, n)
+    d = _state["dispatcher"]
+    if d is not None and _dense(x, qweight, scales, zeros) and scales.dtype == x.dtype:
+        y = x.new_empty((*x.shape[:-1], n))
+        problem = {"m": m, "n": n, "k_groups": groups, "dtype": _dtype(x), "zero_points": zeros is not None}
+        t = {"x": x.view(m, groups, 128), "qweight": words, "scales": scales}
+        if zeros is not None:
+            t["zeros"] = zeros
+        t["y"] = y.view(m, n)
+        if d.run("w4a16", problem, t, *_where(x)):
+            return y
+    return native.w4a16(x.reshape(m, k), words, scales, zeros).view(*x.shape[:-1], n)
+
+
+# -- the custom ops -----------------------------------------------------------------------------
+
+@torch.library.custom_op("abebot::rmsnorm", mutates_args=("residual",))
+def rmsnorm_op(x: torch.Tensor, weight: torch.Tensor, residual: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+    """RMSNorm, with the residual add fused (and written back) when ``residual`` is given."""
+    return rmsnorm_impl(x, weight, residual, eps)
+
+
+@rmsnorm_op.register_fake
+def _rmsnorm_fake(x, weight, residual, eps):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("abebot::rope", mutates_args=("q", "k"))
+def rope_op(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
+    """NeoX rotary embedding of ``q`` and ``k`` in place."""
+    rope_impl(positions, q, k, cos_sin_cache)
+
+
+@rope_op.register_fake
+def _rope_fake(positions, q, k, cos_sin_cache):
+    return None
+
+
+@torch.library.custom_op("abebot::silu_mul", mutates_args=())
+def silu_mul_op(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up``."""
+    return silu_mul_impl(gate, up)
+
+
+@silu_mul_op.register_fake
+def _silu_mul_fake(gate, up):
+    return torch.empty_like(gate)
+
+
+@torch.library.custom_op("abebot::w4a16", mutates_args=())
+def w4a16_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Tensor]) -> torch.Tensor:
+    """``x . dequant(W)`` with GPTQ 4-bit weights, groups of 128 along K."""
+    return w4a16_impl(x, qweight, scales, zeros)
+
+
+@w4a16_op.register_fake
+def _w4a16_fake(x, qweight, scales, zeros):
+    return x.new_empty((*x.shape[:-1], qweight.shape[-1]))
+
+
+# -- what a model calls -------------------------------------------------------------------------
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, residual: Optional[torch.Tensor] = None,
+            eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm of ``x`` (see the module docstring); the custom op under ``torch.compile``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.abebot.rmsnorm(x, weight, residual, eps)
+    return rmsnorm_impl(x, weight, residual, eps)
+
+
+def rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
+    """Rotate ``q`` and ``k`` in place; the custom op under ``torch.compile``."""
+    if torch.compiler.is_compiling():
+        torch.ops.abebot.rope(positions, q, k, cos_sin_cache)
+        return
+    rope_impl(positions, q, k, cos_sin_cache)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up``; the custom op under ``torch.compile``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.abebot.silu_mul(gate, up)
+    return silu_mul_impl(gate, up)
+
+
+def w4a16(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+          zeros: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The 4-bit linear's product; the custom op under ``torch.compile``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.abebot.w4a16(x, qweight, scales, zeros)
+    return w4a16_impl(x, qweight, scales, zeros)
