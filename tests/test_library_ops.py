@@ -95,7 +95,7 @@ def test_eager_ops_run_the_library_kernels_and_agree_with_the_native_path(lib, t
 
 
 @needs_c
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"]  # inductor passes too, in 20 s on our CPU: too slow here)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])  # inductor passes too, in 20 s here: too slow for the suite
 def test_torch_compile_keeps_each_op_whole_and_dispatches_to_the_kernels(lib, tmp_path, backend):
     d = use(lib, tmp_path)
     t = inputs()
