@@ -48,16 +48,18 @@ class Dispatcher:
 
     ``verified`` remembers entries checked on this device (default: the file under
     ``~/.cache/abebot``); ``build_dir`` holds entries compiled here from their sources;
-    ``log_misses`` False keeps ``misses.jsonl`` untouched (a read-only library)."""
+    ``log_misses`` False keeps ``misses.jsonl`` untouched (a read-only library); ``fast_launch``
+    False launches CUDA C kernels through the backend's CuPy path (:mod:`core.library.launch`)."""
 
     def __init__(self, library: Library | str | Path | None = None, verified: VerifiedCache | None = None,
-                 build_dir: Path | None = None, log_misses: bool = True):
+                 build_dir: Path | None = None, log_misses: bool = True, fast_launch: bool = True):
         if library is None:
             library = Library()
         self.library = library if isinstance(library, Library) else Library.load(library)
         self.verified = verified if verified is not None else VerifiedCache(default_cache_path())
         self.build_dir = Path(build_dir) if build_dir is not None else default_build_dir()
         self.log_misses = log_misses
+        self.fast_launch = fast_launch
         self.refused: dict[str, str] = {}  # entry id -> why it is not used here
         self._resolved: dict[tuple, list] = {}  # call signature -> [calls, CallKey, how, Loaded | None]
         self._loaded: dict[str, Loaded] = {}
@@ -115,7 +117,7 @@ class Dispatcher:
         backend, runtime = backend_runtime
         try:
             loaded = load_entry(entry, self.library.root or Path("."), backend, runtime, self.build_dir,
-                                self.verified)
+                                self.verified, self.fast_launch)
         except Refused as exc:
             self.refused[entry.id] = str(exc)
             warnings.warn(f"abebot library: {exc}; falling back", LibraryWarning, stacklevel=4)

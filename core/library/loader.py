@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from core.backends import backend_class
 from core.backends.base import Artifact, KernelSource
+from core.library.launch import FastCudaKernel, fast_launcher
 from core.library.verify import VerifiedCache, check_kernel
 from core.workloads import get_workload
 
@@ -103,9 +104,11 @@ def _sizes(problem: dict) -> dict:
 
 
 def load_entry(entry: Any, root: Path, backend: Any, runtime: Any, build_dir: Path,
-               verified: VerifiedCache) -> Loaded:
+               verified: VerifiedCache, fast_launch: bool = True) -> Loaded:
     """``entry`` of the library at ``root`` loaded into ``runtime`` (of ``backend``, this device)
-    and verified here; :class:`Refused` with the reason when it cannot be used."""
+    and verified here; :class:`Refused` with the reason when it cannot be used. ``fast_launch``:
+    a CUDA C kernel launches through :mod:`core.library.launch` (else through the backend's own
+    CuPy launch); the check runs the launch the calls will run."""
     why = entry.verify_files(root)
     if why:
         raise Refused(why)
@@ -117,10 +120,12 @@ def load_entry(entry: Any, root: Path, backend: Any, runtime: Any, build_dir: Pa
     artifact, ident = _artifact(entry, root, backend, workload, problem, build_dir)
     try:
         kernel = runtime.load(artifact)
+        kernel = fast_launcher(kernel) if fast_launch else kernel
     except Exception as exc:  # noqa: BLE001 -- a kernel that does not load is refused, never fatal
         raise Refused(f"entry {entry.id}: does not load here: {type(exc).__name__}: {exc}") from None
     loaded = Loaded(entry, backend, runtime, kernel, workload)
-    cache_key = VerifiedCache.key(ident, backend.device.name)
+    launcher = "|cuLaunchKernel" if isinstance(kernel, FastCudaKernel) else ""
+    cache_key = VerifiedCache.key(ident + launcher, backend.device.name)
     known = verified.get(cache_key)
     if known is None:
         try:
