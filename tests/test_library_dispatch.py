@@ -179,3 +179,50 @@ def test_another_entry_of_the_same_key_serves_when_one_is_refused(tmp_path, buil
         ran, out, want = rms_call(d, rows=4)
     assert ran
     torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+
+
+def test_calls_on_new_tensors_reuse_the_launcher_bound_for_their_shape(built, tmp_path):
+    lib, _ = built
+    d = dispatcher(lib, tmp_path)
+    kept = []
+    for _ in range(5):  # each call's tensors stay alive, so every call has new addresses
+        ran, out, want = rms_call(d, rows=4)
+        assert ran
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        kept.append(out)
+    loaded = d._loaded[lib.entries[0].id]
+    assert len(loaded._bound) == 1 and next(iter(loaded._bound.values())).slots
+
+
+def test_a_pointer_derived_from_inside_a_call_tensor_falls_back_to_launchers_by_address():
+    from core.library.loader import _slots
+
+    x, out = torch.zeros(8), torch.zeros(8)
+
+    class Launch:
+        pointers = [(0, x.data_ptr()), (1, out.data_ptr())]
+
+    assert [(p, n) for _l, p, n in _slots([Launch()], {"x": x, "out": out}, ())] == [(0, "x"), (1, "out")]
+    Launch.pointers = [(0, x.data_ptr() + 4), (1, out.data_ptr())]  # x[1:] passed: would go stale
+    assert _slots([Launch()], {"x": x, "out": out}, ()) is None
+    assert _slots([], {"x": x}, ()) is None
+
+
+def test_two_weights_of_one_shape_each_get_their_own_repacked_launcher(tmp_path, built):
+    _, cache = built
+    problem = {"m": 1, "n": 32, "k_groups": 1, "zero_points": False}
+    lib = c_library(tmp_path / "lib", [("w4a16", problem)], cache, seed=1,
+                    genes={("memory_pattern", "layout"): "panels", ("memory_pattern", "vector_width"): 8})
+    d = dispatcher(lib, tmp_path)
+    from core.workloads.w4a16 import dequant_matmul
+
+    x = torch.randn(1, 1, 128)
+    scales = torch.rand(1, 32) * 0.01 + 0.005
+    for _ in range(2):
+        for seed in (1, 2):
+            words = torch.randint(-2**31, 2**31 - 1, (1, 16, 32), dtype=torch.int32,
+                                  generator=torch.Generator().manual_seed(seed))
+            y = torch.full((1, 32), float("nan"))
+            assert d.run("w4a16", {"m": 1, "n": 32, "k_groups": 1, "dtype": "float32", "zero_points": False},
+                         {"x": x, "qweight": words, "scales": scales, "y": y})
+            torch.testing.assert_close(y, dequant_matmul(x, words, scales), atol=1e-4, rtol=1e-4)

@@ -31,8 +31,8 @@ def write_entry(root: Path, op: str, problem: dict, backend: str, cache: Path, g
     problem = workload.validate_problem(problem, backend)
     template = workload.template(backend, problem, b.device)
     space = template.gene_space()
-    g = space.from_json(genome.to_dict() if hasattr(genome, "to_dict") else genome) if genome is not None \
-        else space.seed_genomes()[seed]
+    g = space.canonical(space.from_json(genome.to_dict() if hasattr(genome, "to_dict") else genome)) \
+        if genome is not None else space.seed_genomes()[seed]
     for (group, name), value in (genes or {}).items():
         g = g.replace(group, name, value)
     kernel = template.render(g)

@@ -14,8 +14,13 @@ compiler and Python headers at install time on every user's machine; ctypes and 
 are always there where CUDA is. Arguments are converted as the backend's own ``bind`` converts them:
 tensors to 64-bit pointers, ints to int32, floats to float32, numpy scalars by their bytes.
 
-Only a kernel object with a ``function`` whose ``ptr`` is a ``CUfunction`` and a ``bind`` is
-wrapped (the ``cuda`` backend's); anything else is returned as it is.
+A launch bound this way is a :class:`SlotLaunch`: its pointer arguments can be replaced before a
+call, so the dispatcher binds once per call shape and sets the activations' addresses per call
+(:class:`core.library.loader.Loaded`). The C backend's kernels get the same treatment
+(:class:`SlotCKernel`: one ctypes call on an argument list whose addresses are replaced). Only a
+kernel object with a ``bind`` and a ``function`` that is a ``CUfunction`` (the ``cuda`` backend's)
+or a ctypes function (the ``c`` backend's) is wrapped; anything else (Triton's) is returned as it
+is, and its launches are cached per tensor address instead.
 """
 from __future__ import annotations
 
@@ -25,47 +30,105 @@ from typing import Any, Callable
 
 
 def fast_launcher(kernel: Any) -> Any:
-    """``kernel`` wrapped in :class:`FastCudaKernel` where it is a CUDA function, else ``kernel``."""
+    """``kernel`` wrapped so that its launches take new pointers per call: a CUDA C kernel in
+    :class:`FastCudaKernel`, a C kernel (a ctypes function) in :class:`SlotCKernel`; anything else
+    (a Triton kernel) as it is."""
     fn = getattr(kernel, "function", None)
-    if isinstance(getattr(fn, "ptr", None), int) and callable(getattr(kernel, "bind", None)):
+    if not callable(getattr(kernel, "bind", None)):
+        return kernel
+    if isinstance(getattr(fn, "ptr", None), int):
         return FastCudaKernel(kernel)
+    if isinstance(fn, ctypes._CFuncPtr):
+        return SlotCKernel(kernel)
     return kernel
 
 
-class FastCudaKernel:
-    """A loaded CUDA kernel whose :meth:`bind` launches through ``cuLaunchKernel`` with the arguments
-    packed once; every other attribute is the wrapped kernel's (``launch_params``, ``resources``)."""
+class SlotLaunch:
+    """A bound launch whose pointer arguments can be replaced before a call: ``pointers`` lists the
+    (position, address) of every pointer argument as bound; :meth:`set_pointer` replaces one."""
+
+    pointers: list[tuple[int, int]]
+
+    def set_pointer(self, position: int, address: int) -> None:
+        raise NotImplementedError
+
+
+class _Recording:
+    """What a wrapped kernel's ``bind`` calls made (:attr:`created`, cleared by the caller)."""
 
     def __init__(self, kernel: Any):
         self._kernel = kernel
+        self.created: list[SlotLaunch] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._kernel, name)
 
-    def bind(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> Callable[[], None]:
+
+class SlotCKernel(_Recording):
+    """A C kernel (ctypes) whose ``bind(*args)`` -- arrays become addresses, None NULL, as the C
+    backend binds -- returns a :class:`CLaunch`."""
+
+    def bind(self, *args: Any) -> "CLaunch":
+        conv = [a.ctypes.data if hasattr(a, "ctypes") else a for a in args]
+        pointers = [(i, conv[i]) for i, a in enumerate(args) if hasattr(a, "ctypes")]
+        launch = CLaunch(self._kernel.function, conv, pointers)
+        self.created.append(launch)
+        return launch
+
+    def __call__(self, *args: Any) -> None:
+        self.bind(*args)()
+
+
+class CLaunch(SlotLaunch):
+    def __init__(self, function: Any, conv: list, pointers: list[tuple[int, int]]):
+        self.function, self.conv, self.pointers = function, conv, pointers
+
+    def set_pointer(self, position: int, address: int) -> None:
+        self.conv[position] = address
+
+    def __call__(self) -> None:
+        self.function(*self.conv)
+
+
+class FastCudaKernel(_Recording):
+    """A loaded CUDA kernel whose :meth:`bind` launches through ``cuLaunchKernel`` with the arguments
+    packed once; every other attribute is the wrapped kernel's (``launch_params``, ``resources``)."""
+
+    def bind(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> "CudaLaunch":
         """A zero-argument launch of ``grid`` x ``block`` on ``args`` (see the module docstring)."""
         import torch
 
-        values = [_packed(a) for a in args]
-        array = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
-        params = ctypes.cast(array, ctypes.c_void_p)
-        g = tuple(int(x) for x in grid) + (1,) * (3 - len(grid))
-        b = tuple(int(x) for x in block) + (1,) * (3 - len(block))
-        func = ctypes.c_void_p(int(self._kernel.function.ptr))
-        launch, stream = _cu_launch_kernel(), _stream_reader()
-        device = torch.cuda.current_device()
-        shared = int(shared_mem)
-
-        def run() -> None:
-            rc = launch(func, g[0], g[1], g[2], b[0], b[1], b[2], shared, stream(device), params, None)
-            if rc:
-                raise RuntimeError(f"cuLaunchKernel failed with CUDA error {rc}")
-
-        run.keep = (values, array, self._kernel)  # type: ignore[attr-defined] -- what the pointers point into
-        return run
+        launch = CudaLaunch(int(self._kernel.function.ptr), grid, block, args, int(shared_mem),
+                            torch.cuda.current_device())
+        launch.keep = self._kernel
+        self.created.append(launch)
+        return launch
 
     def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
         self.bind(grid, block, args, shared_mem)()
+
+
+class CudaLaunch(SlotLaunch):
+    """One ``cuLaunchKernel`` on torch's current stream with a packed ``void *[]`` of arguments."""
+
+    def __init__(self, function: int, grid: tuple, block: tuple, args: tuple, shared: int, device: int):
+        self.values = [_packed(a) for a in args]
+        self.array = (ctypes.c_void_p * max(1, len(self.values)))(*[ctypes.addressof(v) for v in self.values])
+        self.pointers = [(i, self.values[i].value) for i, a in enumerate(args) if hasattr(a, "data_ptr")]
+        g = tuple(int(x) for x in grid) + (1,) * (3 - len(grid))
+        b = tuple(int(x) for x in block) + (1,) * (3 - len(block))
+        self.fixed = (ctypes.c_void_p(function), *g, *b, shared)
+        self.params = ctypes.cast(self.array, ctypes.c_void_p)
+        self.device = device
+        self._launch, self._stream = _cu_launch_kernel(), _stream_reader()
+
+    def set_pointer(self, position: int, address: int) -> None:
+        self.values[position].value = address
+
+    def __call__(self) -> None:
+        rc = self._launch(*self.fixed, self._stream(self.device), self.params, None)
+        if rc:
+            raise RuntimeError(f"cuLaunchKernel failed with CUDA error {rc}")
 
 
 def _packed(a: Any) -> Any:

@@ -12,11 +12,14 @@
    outcome is remembered by artefact hash and device (:class:`core.library.verify.VerifiedCache`).
 
 :meth:`Loaded.launch` then runs it on a call's torch tensors. The launcher the workload template's
-``bind`` builds (pointers, grid, workspace worked out once) is cached per (call signature, tensor
-addresses), so a repeated call costs a dictionary lookup and the launch itself. A launcher holds
-only addresses and sizes (Triton's holds its tensors: at most :data:`BOUND_PER_ENTRY` sets stay
-alive). What a template repacks from a weight (the C w4a16 kernel's column panels) is made once per
-weight tensor and kept with it: weights are taken to be fixed once a model is loaded.
+``bind`` builds (grid, workspace, argument list worked out once) is made once per call signature
+(the problem's sizes and settings) and weight tensor, through a kernel wrapper whose launches take
+new pointers (:mod:`core.library.launch`): each call only writes its activations' addresses into
+the bound argument list and launches. Where a launch cannot take new pointers (Triton's), or where
+the template derived a pointer from inside a call's tensor, launchers are cached per tensor
+addresses instead (at most :data:`BY_ADDRESS` per signature; a Triton launcher holds its tensors).
+What a template repacks from a weight (the C w4a16 kernel's column panels) is made once per weight
+tensor and kept with it: weights are taken to be fixed once a model is loaded.
 """
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ from core.library.launch import FastCudaKernel, fast_launcher
 from core.library.verify import VerifiedCache, check_kernel
 from core.workloads import get_workload
 
-BOUND_PER_ENTRY = 64  # launchers kept per entry (least recently used dropped first)
+BOUND_PER_ENTRY = 4096  # launchers kept per entry: one per call shape and weight (oldest dropped first)
+BY_ADDRESS = 16  # per call shape, launchers kept by tensor addresses where pointers cannot be replaced
 
 
 class Refused(Exception):
@@ -44,6 +48,7 @@ class Loaded:
         self.entry, self.backend, self.runtime, self.kernel, self.workload = entry, backend, runtime, kernel, workload
         self.numpy = backend_class(entry.backend).arrays == "numpy"
         self.weights = tuple(workload.weights(dict(entry.problem)))
+        self._weight_names = self.weights
         self._bound: OrderedDict = OrderedDict()
         self._packed: dict = {}  # weight identity -> (repacked tensors, the weights kept alive)
         self._beyond: dict[int, str | None] = {}  # M above the bucket -> outcome of its check
@@ -60,27 +65,51 @@ class Loaded:
                                                self.runtime, self.kernel, problem, shapes=[_sizes(problem)])
             except Exception as exc:  # noqa: BLE001 -- a crash in the check refuses this M
                 self._beyond[m] = f"the check raised {type(exc).__name__}: {exc}"
+            getattr(self.kernel, "created", []).clear()
         return self._beyond[m]
 
     def launch(self, sig: tuple, problem: dict, tensors: dict) -> None:
         """Run the kernel once on ``tensors`` (torch tensors by the workload's names, contiguous,
         on this entry's device) for the call ``problem`` whose signature is ``sig``."""
-        key = (sig, *[t.data_ptr() for t in tensors.values()])
-        fn = self._bound.get(key)
-        if fn is None:
-            fn = self._bind(key, problem, tensors)
-        fn()
+        key = (sig, *[tensors[n].data_ptr() for n in self._weight_names if n in tensors])
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = self._bind(key, problem, tensors)
+        if bound.slots is None:  # no replaceable pointers (Triton): one launcher per set of addresses
+            ptrs = tuple(t.data_ptr() for t in tensors.values())
+            fn = bound.by_address.get(ptrs)
+            if fn is None:
+                fn = bound.by_address[ptrs] = self._make(problem, tensors)[0]
+                while len(bound.by_address) > BY_ADDRESS:
+                    bound.by_address.pop(next(iter(bound.by_address)))
+            fn()
+            return
+        for launch, position, name in bound.slots:
+            launch.set_pointer(position, tensors[name].data_ptr())
+        bound.fn()
 
-    def _bind(self, key: tuple, problem: dict, tensors: dict) -> Callable[[], Any]:
+    def _bind(self, key: tuple, problem: dict, tensors: dict) -> "_Bound":
+        fn, launches = self._make(problem, tensors)
+        bound = _Bound(fn, _slots(launches, tensors, self._weight_names))
+        self._bound[key] = bound
+        while len(self._bound) > BOUND_PER_ENTRY:
+            self._bound.popitem(last=False)
+        return bound
+
+    def _make(self, problem: dict, tensors: dict) -> tuple[Callable[[], Any], list]:
+        """The template's launcher on ``tensors``, and the slot launches its binds created."""
         arrays = {name: (t.detach().numpy() if self.numpy else t) for name, t in tensors.items()}
         shape = _sizes(problem)
         template = self.template({**self.entry.problem, **problem})
         packed = self._repack(template, tensors, arrays, shape)
+        created = getattr(self.kernel, "created", None)
+        if created is not None:
+            created.clear()
         fn = template.bind(self.kernel, {**arrays, **packed}, shape)
-        self._bound[key] = fn
-        while len(self._bound) > BOUND_PER_ENTRY:
-            self._bound.popitem(last=False)
-        return fn
+        launches = list(created) if created is not None else []
+        if created is not None:
+            created.clear()
+        return fn, launches
 
     def _repack(self, template: Any, tensors: dict, arrays: dict, shape: dict) -> dict:
         names = [n for n in self.weights if n in tensors]
@@ -97,6 +126,45 @@ class Loaded:
         """The workload's template for ``problem`` on this device (its ``bind`` reads the problem's
         runtime settings: eps, residual, zero points)."""
         return self.workload.template(self.entry.backend, problem, self.backend.device)
+
+
+class _Bound:
+    """A launcher bound for one call signature: ``fn`` runs it; ``slots`` (launch, position, tensor
+    name) are the pointer arguments set from each call's tensors, or None where the launch cannot
+    take new pointers (then ``by_address`` holds one launcher per set of addresses)."""
+
+    __slots__ = ("fn", "slots", "by_address")
+
+    def __init__(self, fn: Callable[[], Any], slots: list | None):
+        self.fn, self.slots, self.by_address = fn, slots, {}
+
+
+def _slots(launches: list, tensors: dict, weights: tuple) -> list | None:
+    """(launch, position, name) for every pointer argument of ``launches`` that is the start of one
+    of the call's non-weight tensors; None when there are no launches to set, or when an argument
+    is ambiguous (two tensors at one address) or points inside a call tensor other than at its start
+    (a derived pointer that would go stale)."""
+    if not launches:
+        return None
+    starts: dict[int, list[str]] = {}
+    spans = []
+    for name, t in tensors.items():
+        if t.numel() == 0:
+            continue
+        starts.setdefault(t.data_ptr(), []).append(name)
+        spans.append((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()))
+    slots = []
+    for launch in launches:
+        for position, address in launch.pointers:
+            names = starts.get(address, [])
+            if len(names) > 1:
+                return None
+            if names:
+                if names[0] not in weights:
+                    slots.append((launch, position, names[0]))
+            elif any(lo < address < hi for lo, hi in spans):
+                return None
+    return slots
 
 
 def _sizes(problem: dict) -> dict:
@@ -133,6 +201,7 @@ def load_entry(entry: Any, root: Path, backend: Any, runtime: Any, build_dir: Pa
         except Exception as exc:  # noqa: BLE001 -- a crash in the check refuses the entry
             why = f"the check raised {type(exc).__name__}: {exc}"
         verified.put(cache_key, why)
+        getattr(kernel, "created", []).clear()
         known = verified.get(cache_key)
     if not known["ok"]:
         raise Refused(f"entry {entry.id}: failed verification on this device: {known['detail']}")
