@@ -10,7 +10,7 @@ the microseconds of host time of one eager call of:
 
 * ``library_us`` -- the public op (``core.library.ops``): dispatcher lookup, cached launcher, launch;
 * ``raw_us`` -- the cached launcher alone (the kernel launch the dispatcher ends in);
-* ``backend_us`` -- (GPU) the backend's own bound launch (CuPy), what an export's launch costs;
+* ``backend_us`` -- the backend's own bound launch (CuPy on a GPU), what an export's launch costs;
 * ``native_us`` -- the native path (the workload's PyTorch implementation).
 
 Calls are queued back to back and timed by the host clock before the device is waited for (on a
@@ -136,12 +136,10 @@ def measure(device: str, calls: int, reps: int, folder: Path) -> dict:
         row["library_us"] = host_us(lambda: public(*args), calls, reps, sync)
         if loaded is not None:
             sig, problem_, tensors = _capture(loaded, public, args)  # tensors kept alive while timed
-            key = (sig, *[t.data_ptr() for t in tensors.values()])
-            raw = loaded._bound.get(key) or loaded._bind(key, problem_, tensors)
-            row["raw_us"] = host_us(raw, calls, reps, sync)
+            row["raw_us"] = host_us(_raw(loaded, sig, problem_, tensors), calls, reps, sync)
             row["dispatch_us"] = round(row["library_us"] - row["raw_us"], 3)
             original = getattr(loaded.kernel, "_kernel", None)
-            if original is not None:  # the backend's own CuPy launch on the same tensors
+            if original is not None:  # the backend's own launch (CuPy; ctypes on a CPU) on the same tensors
                 row["backend_us"] = host_us(_backend_launch(loaded, original, problem_, tensors), calls, reps, sync)
         row["native_us"] = host_us(native_call(op, args), calls, reps, sync)
         report["ops"][op] = row
@@ -155,6 +153,17 @@ def _add(lib, op, problem, backend, cache, genome):
     lib.add(write_entry(lib.root, op, problem, backend, cache, genome=genome))
     lib.save(lib.root)
     return lib
+
+
+def _raw(loaded, sig: tuple, problem: dict, tensors: dict):
+    """The launcher a call ends in, its pointers set to ``tensors`` (what a call does before it)."""
+    names = loaded._weight_names
+    bound = loaded._bound[(sig, *[tensors[n].data_ptr() for n in names if n in tensors]) if names else sig]
+    if bound.slots is None:
+        return bound.by_address[tuple(t.data_ptr() for t in tensors.values())]
+    for launch, position, name in bound.slots:
+        launch.set_pointer(position, tensors[name].data_ptr())
+    return bound.fn
 
 
 def _capture(loaded, public, args) -> tuple:
@@ -178,9 +187,10 @@ def _backend_launch(loaded, kernel, problem: dict, tensors: dict):
     """The template's bind with the backend's own kernel object on the captured tensors."""
     shape = {k: v for k, v in problem.items() if isinstance(v, int) and not isinstance(v, bool)}
     template = loaded.template({**loaded.entry.problem, **problem})
-    weights = {n: tensors[n] for n in loaded.weights if n in tensors}
+    arrays = {n: (t.detach().numpy() if loaded.numpy else t) for n, t in tensors.items()}
+    weights = {n: arrays[n] for n in loaded.weights if n in arrays}
     packed = template.repack(kernel, loaded.runtime.arrays, weights, shape) if weights else {}
-    launch = template.bind(kernel, {**tensors, **packed}, shape)
+    launch = template.bind(kernel, {**arrays, **packed}, shape)
     launch.keep = (tensors, packed)
     return launch
 

@@ -71,7 +71,7 @@ class Loaded:
     def launch(self, sig: tuple, problem: dict, tensors: dict) -> None:
         """Run the kernel once on ``tensors`` (torch tensors by the workload's names, contiguous,
         on this entry's device) for the call ``problem`` whose signature is ``sig``."""
-        key = (sig, *[tensors[n].data_ptr() for n in self._weight_names if n in tensors])
+        key = (sig, *[tensors[n].data_ptr() for n in self._weight_names if n in tensors]) if self._weight_names else sig
         bound = self._bound.get(key)
         if bound is None:
             bound = self._bind(key, problem, tensors)

@@ -50,12 +50,22 @@ def active() -> Dispatcher | None:
     return _state["dispatcher"]
 
 
+_CPU = ("cpu", 0)
+_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float64: "float64"}
+
+
 def _where(t: torch.Tensor) -> tuple[str, int]:
-    return ("gpu", t.device.index or 0) if t.is_cuda else ("cpu", 0)
+    return ("gpu", t.device.index or 0) if t.is_cuda else _CPU
 
 
 def _dtype(t: torch.Tensor) -> str:
-    return str(t.dtype).rpartition(".")[2]
+    name = _DTYPES.get(t.dtype)
+    return name if name is not None else str(t.dtype).rpartition(".")[2]
+
+
+def _rows(t: torch.Tensor, cols: int) -> torch.Tensor:
+    """``t`` as (rows, cols), a view (no view call when it already is 2-D: a call's cost counts)."""
+    return t if t.dim() == 2 else t.view(-1, cols)
 
 
 def _dense(*tensors: Optional[torch.Tensor]) -> bool:
@@ -67,14 +77,16 @@ def _dense(*tensors: Optional[torch.Tensor]) -> bool:
 def rmsnorm_impl(x: torch.Tensor, weight: torch.Tensor, residual: Optional[torch.Tensor], eps: float) -> torch.Tensor:
     cols = x.shape[-1]
     d = _state["dispatcher"]
-    if d is not None and _dense(x, weight, residual) and weight.dtype == x.dtype:
-        x2, out = x.view(-1, cols), torch.empty_like(x)
+    if d is not None and x.is_contiguous() and weight.is_contiguous() and weight.dtype == x.dtype and (
+            residual is None or residual.is_contiguous()):
+        x2, out = _rows(x, cols), torch.empty_like(x)
         problem = {"rows": x2.shape[0], "cols": cols, "dtype": _dtype(x), "residual": residual is not None,
                    "eps": float(eps)}
-        t = {"x": x2, "w": weight, "out": out.view(-1, cols)}
+        t = {"x": x2, "w": weight, "out": _rows(out, cols)}
         if residual is not None:
-            t["residual"] = residual.view(-1, cols)
-        if d.run("rmsnorm", problem, t, *_where(x)):
+            t["residual"] = _rows(residual, cols)
+        kind, index = _where(x)
+        if d.run("rmsnorm", problem, t, kind, index):
             return out
     res = None if residual is None else residual.view(-1, cols)
     return native.rmsnorm(x.reshape(-1, cols), weight, res, eps).view(x.shape)
@@ -97,11 +109,14 @@ def rope_impl(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin
 def silu_mul_impl(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     hidden = gate.shape[-1]
     d = _state["dispatcher"]
-    if d is not None and _dense(gate, up) and gate.dtype == up.dtype and gate.shape == up.shape:
+    if d is not None and gate.is_contiguous() and up.is_contiguous() and gate.dtype == up.dtype and \
+            gate.shape == up.shape:
         out = torch.empty_like(gate)
-        problem = {"tokens": gate.numel() // hidden, "hidden": hidden, "dtype": _dtype(gate)}
-        t = {"gate": gate.view(-1, hidden), "up": up.view(-1, hidden), "out": out.view(-1, hidden)}
-        if d.run("silu_mul", problem, t, *_where(gate)):
+        g = _rows(gate, hidden)
+        problem = {"tokens": g.shape[0], "hidden": hidden, "dtype": _dtype(gate)}
+        t = {"gate": g, "up": _rows(up, hidden), "out": _rows(out, hidden)}
+        kind, index = _where(gate)
+        if d.run("silu_mul", problem, t, kind, index):
             return out
     return native.silu_mul(gate, up)
 
