@@ -135,3 +135,37 @@ def test_a_cuda_graph_captures_the_ops_and_replays_them():
     torch.cuda.synchronize()
     torch.testing.assert_close(out, native.rmsnorm(x, w, None, 1e-5))
     torch.testing.assert_close(act, native.silu_mul(gate, up))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or availability("cuda") is not None,
+                    reason="needs a CUDA GPU and the cuda backend (the lead runs it on the H200)")
+def test_a_cuda_graph_captures_library_kernels_launched_through_culaunchkernel(tmp_path):
+    """CUDA C entries (seed genomes, bf16) run through the packed cuLaunchKernel path, eagerly and
+    replayed from a captured graph on new inputs written into the captured tensors."""
+    from core.library.from_genome import seed_library
+
+    lib = seed_library(tmp_path / "lib", [("rmsnorm", {"rows": ROWS, "cols": 1024, "residual": True}),
+                                          ("rmsnorm", {"rows": ROWS, "cols": 1024, "residual": False}),
+                                          ("silu_mul", {"tokens": ROWS, "hidden": 2048})], "cuda", tmp_path / "cc")
+    d = use(lib, tmp_path)
+    dev, bf = torch.device("cuda"), torch.bfloat16
+    x, res = torch.randn(ROWS, 1024, device=dev, dtype=bf), torch.randn(ROWS, 1024, device=dev, dtype=bf)
+    w = (torch.rand(1024, device=dev) + 0.5).to(bf)
+    gate, up = torch.randn(ROWS, 2048, device=dev, dtype=bf), torch.randn(ROWS, 2048, device=dev, dtype=bf)
+    r0 = res.clone()
+    torch.testing.assert_close(ops.rmsnorm(x, w, res, 1e-6), native.rmsnorm(x, w, r0, 1e-6), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(res, r0, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(ops.silu_mul(gate, up), native.silu_mul(gate, up), atol=2e-2, rtol=2e-2)
+    ops.rmsnorm(x, w, None, 1e-6)  # the first call of each shape loads and verifies: never inside a capture
+    torch.cuda.synchronize()
+    assert d.calls_by() == {"exact": 3} and not d.refused
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, act = ops.rmsnorm(x, w, None, 1e-6), ops.silu_mul(gate, up)
+    x.copy_(torch.randn_like(x))
+    gate.copy_(torch.randn_like(gate))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, native.rmsnorm(x, w, None, 1e-6), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(act, native.silu_mul(gate, up), atol=2e-2, rtol=2e-2)
+    assert d.calls_by() == {"exact": 5}
