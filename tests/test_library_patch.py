@@ -217,3 +217,23 @@ def test_patch_reports_a_hugging_face_style_rotary_as_skipped():
     report = patch(model, Library())
     assert report.skipped and "cos and sin" in report.skipped[0][1]
     assert not any(report.swapped.values())
+
+
+@needs_c
+def test_a_patched_model_under_torch_compile_still_runs_the_library_kernels(tmp_path, compile_cache):
+    torch.manual_seed(2)
+    model = TinyLlama().eval()
+    ids, positions = torch.randint(0, VOCAB, (TOKENS,)), torch.arange(TOKENS)
+    with torch.no_grad():
+        want = model(ids, positions)
+    lib = c_library(tmp_path / "lib", library_specs(), compile_cache, seed=1)
+    report = patch(model, lib, verified=VerifiedCache(tmp_path / "verified.json"), build_dir=tmp_path / "builds")
+    compiled = torch.compile(model, backend="eager")
+    try:
+        with torch.no_grad():
+            got = compiled(ids, positions)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(got, want, atol=2e-4, rtol=2e-4)
+    assert set(report.dispatcher.calls_by()) == {"exact"}
+    assert report.dispatcher.calls_by()["exact"] == 5 * LAYERS + 2 * LAYERS + 1 + 2 * LAYERS

@@ -16,6 +16,9 @@ whole call, and it adds nothing outside a trace. A capture or a compiled graph m
 one eager call of each shape: an entry is loaded and verified at its first call, which must not
 happen inside a capture.
 
+The ops are for inference: they register no autograd formula, and a library kernel's outputs
+carry no gradient (run a model under ``torch.no_grad()`` or ``torch.inference_mode()``).
+
 Argument conventions (the workloads' layouts, docs/library.md):
 
 * ``rmsnorm(x (..., hidden), weight (hidden,), residual=None, eps)`` -> out; with ``residual``,
