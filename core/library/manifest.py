@@ -263,3 +263,17 @@ class Library:
         self.entries = [e for e in self.entries
                         if e.id != entry.id and (e.key, e.backend) != (entry.key, entry.backend)]
         self.entries.append(entry)
+
+
+def device_record(name: str, arch: str, device_kind: str, versions: dict | None = None) -> dict:
+    """An entry's ``device`` from a backend's device description (``DeviceInfo`` fields): ``kind``
+    is ``cpu`` or ``cuda`` (a backend's ``device_kind`` ``gpu``); ``arch`` is the device's own
+    (``sm_90``, ``x86_64``), the one the dispatcher compares. On a CPU ``cpu_flags`` adds the hash
+    of the CPU's feature flags: C kernels are compiled with ``-march=native``, so a ``.so`` runs only
+    on a CPU with the same instruction set (another one rebuilds from the kept source)."""
+    versions = versions or {}
+    kind = "cpu" if device_kind == "cpu" else "cuda"
+    out = {"name": str(name), "arch": str(arch), "kind": kind}
+    if kind == "cpu" and versions.get("cpu_flags_hash"):
+        out["cpu_flags"] = str(versions["cpu_flags_hash"])
+    return out

@@ -63,11 +63,14 @@ class ModelShape:
         even): a tiny stand-in for building a real library on a CPU in seconds."""
         if divisor <= 1:
             return self
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        small = {k: max(1, v // divisor) for k, v in d.items() if k not in ("name", "head_dim", "layers")}
-        small["kv_heads"] = min(small["kv_heads"], small["heads"])
-        return ModelShape(name=self.name, head_dim=max(2, (self.head_dim // divisor) // 2 * 2), layers=self.layers,
-                          **small)
+        head_div = min(8, divisor)  # the head size shrinks less, the head count more: heads * size tracks hidden
+        heads_div = max(1, divisor // head_div)
+        heads = max(1, self.heads // heads_div)
+        return ModelShape(name=self.name, hidden=max(1, self.hidden // divisor),
+                          intermediate=max(1, self.intermediate // divisor), heads=heads,
+                          kv_heads=min(heads, max(1, self.kv_heads // heads_div)),
+                          head_dim=max(2, self.head_dim // head_div // 2 * 2), vocab=max(1, self.vocab // divisor),
+                          layers=self.layers)
 
 
 MODELS: dict[str, ModelShape] = {m.name: m for m in (
