@@ -226,3 +226,15 @@ def test_two_weights_of_one_shape_each_get_their_own_repacked_launcher(tmp_path,
             assert d.run("w4a16", {"m": 1, "n": 32, "k_groups": 1, "dtype": "float32", "zero_points": False},
                          {"x": x, "qweight": words, "scales": scales, "y": y})
             torch.testing.assert_close(y, dequant_matmul(x, words, scales), atol=1e-4, rtol=1e-4)
+
+
+def test_an_entry_built_on_a_cpu_with_other_feature_flags_is_rebuilt_here(built, tmp_path):
+    lib, _ = built
+    assert lib.entries[0].device.get("cpu_flags")
+    other = Library.from_dict(lib.to_dict(), root=lib.root)
+    other.entries[0].device["cpu_flags"] = "0" * 12  # same model name, another instruction set
+    d = dispatcher(other, tmp_path)
+    ran, out, want = rms_call(d, rows=4)
+    assert ran and d.calls_by() == {"exact": 1}
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    assert list((tmp_path / "builds").glob("*.so")), "the artefact was not loaded: the source was compiled here"

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.backends import backend_class, make_backend
-from core.library.manifest import ENTRIES, GENOME, Entry, Library, canonical_json, entry_id, sha256_file
+from core.library.manifest import (ENTRIES, GENOME, Entry, Library, canonical_json, device_record, entry_id,
+                                   sha256_file, TOOLCHAIN_KEYS)
 from core.library.models import entry_key
 from core.workloads import get_workload
 
@@ -53,7 +54,7 @@ def write_entry(root: Path, op: str, problem: dict, backend: str, cache: Path, g
         shutil.copyfile(artifact.path, Path(root) / artefact)
     (folder / GENOME).write_text(canonical_json(g.to_dict()))
     return Entry(id=eid, op=op, fmt=fmt, shape={"N": n, "K": k, "M": m}, problem=problem, backend=backend,
-                 device=_device(b), toolchain=_toolchain(b.device.versions), source=f"{ENTRIES}/{eid}/kernel{suffix}",
+                 device=device_record(b.device.name, b.device.arch, type(b).device_kind, b.device.versions), toolchain=_toolchain(b.device.versions), source=f"{ENTRIES}/{eid}/kernel{suffix}",
                  source_hash=source_hash, artefact=artefact,
                  artefact_hash=sha256_file(Path(root) / artefact) if artefact else None,
                  launch={**kernel.launch, "entry": kernel.entry, "flags": list(kernel.flags)}, figures={},
@@ -70,15 +71,8 @@ def seed_library(root: Path, specs: list[tuple[str, dict]], backend: str, cache:
     return Library.load(root)
 
 
-def _device(backend: Any) -> dict:
-    kind = "cpu" if type(backend).device_kind == "cpu" else "cuda"
-    return {"name": backend.device.name, "arch": backend.device.arch, "kind": kind}
-
-
 def _toolchain(v: dict) -> dict:
-    def text(x: Any) -> str | None:
-        return None if x is None else str(x)
-
-    return {"python": platform.python_version(), "torch": text(v.get("torch")), "triton": text(v.get("triton")),
-            "cuda": text(v.get("cuda_runtime") or (v.get("toolkit") if "nvrtc" in str(v.get("toolkit")) else None)),
-            "driver": text(v.get("driver")), "cc": text(v.get("compiler"))}
+    """The manifest's ``toolchain`` (TOOLCHAIN_KEYS, in order) from a device's ``versions``."""
+    cuda = v.get("cuda_runtime") or (v.get("toolkit") if "nvrtc" in str(v.get("toolkit")) else None)
+    values = (platform.python_version(), v.get("torch"), v.get("triton"), cuda, v.get("driver"), v.get("compiler"))
+    return {k: None if x is None else str(x) for k, x in zip(TOOLCHAIN_KEYS, values)}

@@ -3,11 +3,12 @@
 :func:`load_entry` turns a manifest :class:`~core.library.manifest.Entry` into a :class:`Loaded`:
 
 1. the source and the artefact must match their sha256 in the manifest (else :class:`Refused`);
-2. on the device the entry was built on, its artefact is loaded as it is
-   (``make_backend(backend).make_runtime().load(Artifact(...))``); on another device of the same
-   architecture, or where the entry has no artefact, the kept source is compiled here by the
-   backend (into its content-addressed cache), since a ``-march=native`` object may not run on
-   another CPU of the same architecture;
+2. on the device the entry was built on (same name, and on a CPU the same feature flags), its
+   artefact is loaded as it is (``make_backend(backend).make_runtime().load(Artifact(...))``); on
+   another device of the same architecture, where the entry has no artefact, or where the artefact
+   is a module loaded from source (Triton's), the kept source is compiled here by the backend into
+   its content-addressed cache (the build folder), since a ``-march=native`` object may not run on
+   another CPU of the same architecture and Triton's JIT cache must not go into the library;
 3. it must pass :func:`core.library.verify.check_kernel` on this device before its first use; the
    outcome is remembered by artefact hash and device (:class:`core.library.verify.VerifiedCache`).
 
@@ -212,8 +213,13 @@ def _artifact(entry: Any, root: Path, backend: Any, workload: Any, problem: dict
     """(the artifact to load, the identity its verification is remembered by)."""
     launch = dict(entry.launch)
     name = launch.get("entry")
-    same_device = entry.device.get("name") == backend.device.name
-    if same_device and entry.artefact is not None and name:
+    flags = entry.device.get("cpu_flags")
+    same_device = entry.device.get("name") == backend.device.name and (
+        flags is None or flags == backend.device.versions.get("cpu_flags_hash"))
+    # A module loaded from source (Triton's .py) is written into the build folder instead, so that its
+    # JIT cache goes there and not into the library.
+    binary = entry.artefact is not None and Path(entry.artefact).suffix != backend_class(entry.backend).source_suffix
+    if same_device and binary and name:
         return (Artifact(backend=entry.backend, source_hash=entry.source_hash[:24], entry=name,
                          path=str(entry.artefact_path(root)), launch=launch), entry.artefact_hash)
     kernel = _kernel_source(entry, root, workload, problem, backend)
