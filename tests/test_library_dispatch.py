@@ -238,3 +238,17 @@ def test_an_entry_built_on_a_cpu_with_other_feature_flags_is_rebuilt_here(built,
     assert ran and d.calls_by() == {"exact": 1}
     torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
     assert list((tmp_path / "builds").glob("*.so")), "the artefact was not loaded: the source was compiled here"
+
+
+def test_an_entry_whose_loading_fails_unexpectedly_is_refused_not_raised(built, tmp_path, monkeypatch):
+    lib, _ = built
+    from core.library import dispatcher as dispatcher_module
+
+    def broken(*a, **k):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(dispatcher_module, "load_entry", broken)
+    d = dispatcher(lib, tmp_path, log_misses=False)
+    with pytest.warns(LibraryWarning, match="OSError: disk gone"):
+        assert not rms_call(d, rows=4)[0]
+    assert d.calls_by() == {"native": 1}

@@ -118,9 +118,10 @@ class Dispatcher:
         try:
             loaded = load_entry(entry, self.library.root or Path("."), backend, runtime, self.build_dir,
                                 self.verified, self.fast_launch)
-        except Refused as exc:
-            self.refused[entry.id] = str(exc)
-            warnings.warn(f"abebot library: {exc}; falling back", LibraryWarning, stacklevel=4)
+        except Exception as exc:  # noqa: BLE001 -- Refused, or anything else: a miss never raises
+            why = str(exc) if isinstance(exc, Refused) else f"entry {entry.id}: {type(exc).__name__}: {exc}"
+            self.refused[entry.id] = why
+            warnings.warn(f"abebot library: {why}; falling back", LibraryWarning, stacklevel=4)
             return None
         self._loaded[entry.id] = loaded
         return loaded
