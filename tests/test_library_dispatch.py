@@ -202,7 +202,7 @@ def test_a_pointer_derived_from_inside_a_call_tensor_falls_back_to_launchers_by_
     class Launch:
         pointers = [(0, x.data_ptr()), (1, out.data_ptr())]
 
-    assert [(p, n) for _l, p, n in _slots([Launch()], {"x": x, "out": out}, ())] == [(0, "x"), (1, "out")]
+    assert [(p, n) for _l, p, n in _slots([Launch()], {"x": x, "out": out}, ())] == [((0, 1), ("x", "out"))]
     Launch.pointers = [(0, x.data_ptr() + 4), (1, out.data_ptr())]  # x[1:] passed: would go stale
     assert _slots([Launch()], {"x": x, "out": out}, ()) is None
     assert _slots([], {"x": x}, ()) is None

@@ -61,7 +61,8 @@ class Dispatcher:
         self.log_misses = log_misses
         self.fast_launch = fast_launch
         self.refused: dict[str, str] = {}  # entry id -> why it is not used here
-        self._resolved: dict[tuple, list] = {}  # call signature -> [calls, CallKey, how, Loaded | None]
+        # call signature -> [calls, CallKey, how, Loaded | None, the bound launcher of every such call | None]
+        self._resolved: dict[tuple, list] = {}
         self._loaded: dict[str, Loaded] = {}
         self._devices: dict[tuple, tuple] = {}  # (kind, index) -> (name, arch, {backend: (backend, runtime)})
         self._logged: set[CallKey] = set()
@@ -76,10 +77,14 @@ class Dispatcher:
         if slot is None:
             slot = self._resolved[sig] = self._resolve(op, problem, kind, index)
         slot[0] += 1
+        bound = slot[4]
+        if bound is not None:  # the launcher every call of this signature takes: set pointers, launch
+            bound.run(tensors)
+            return True
         loaded = slot[3]
         if loaded is None:
             return False
-        loaded.launch(sig, problem, tensors)
+        slot[4] = loaded.launch(sig, problem, tensors)
         return True
 
     # -- resolution --------------------------------------------------------------------------------
@@ -97,7 +102,7 @@ class Dispatcher:
             how, entry = choose(pool, key, frozenset(self.refused))
             if entry is None:
                 self._log_miss(key)
-                return [0, key, "native", None]
+                return [0, key, "native", None, None]
             loaded = self._load(entry, backends[entry.backend])
             if loaded is None:
                 continue
@@ -107,8 +112,8 @@ class Dispatcher:
                     warnings.warn(f"abebot library: entry {entry.id} fails at M={key.M}: {why}; falling back",
                                   LibraryWarning, stacklevel=3)
                     self._log_miss(key)
-                    return [0, key, "native", None]
-            return [0, key, how, loaded]
+                    return [0, key, "native", None, None]
+            return [0, key, how, loaded, None]
 
     def _load(self, entry: Any, backend_runtime: tuple) -> Loaded | None:
         loaded = self._loaded.get(entry.id)
@@ -166,7 +171,7 @@ class Dispatcher:
     def counts(self) -> list[dict]:
         """One row per call key served so far: op, fmt, N, K, M, device, how, entry id, calls."""
         rows: dict[tuple, dict] = {}
-        for calls, key, how, loaded in self._resolved.values():
+        for calls, key, how, loaded, _bound in self._resolved.values():
             eid = loaded.entry.id if loaded is not None else None
             row = rows.setdefault((key, how, eid), {**key.as_miss(), "how": how, "entry": eid, "calls": 0})
             row["calls"] += calls

@@ -52,6 +52,11 @@ class SlotLaunch:
     def set_pointer(self, position: int, address: int) -> None:
         raise NotImplementedError
 
+    def update(self, positions: tuple, addresses: list) -> None:
+        """:meth:`set_pointer` for each of ``positions`` with the matching address."""
+        for position, address in zip(positions, addresses):
+            self.set_pointer(position, address)
+
 
 class _Recording:
     """What a wrapped kernel's ``bind`` calls made (:attr:`created`, cleared by the caller)."""
@@ -85,6 +90,11 @@ class CLaunch(SlotLaunch):
 
     def set_pointer(self, position: int, address: int) -> None:
         self.conv[position] = address
+
+    def update(self, positions: tuple, addresses: list) -> None:
+        conv = self.conv
+        for position, address in zip(positions, addresses):
+            conv[position] = address
 
     def __call__(self) -> None:
         self.function(*self.conv)
@@ -124,6 +134,11 @@ class CudaLaunch(SlotLaunch):
 
     def set_pointer(self, position: int, address: int) -> None:
         self.values[position].value = address
+
+    def update(self, positions: tuple, addresses: list) -> None:
+        values = self.values
+        for position, address in zip(positions, addresses):
+            values[position].value = address
 
     def __call__(self) -> None:
         rc = self._launch(*self.fixed, self._stream(self.device), self.params, None)

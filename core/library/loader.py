@@ -69,9 +69,11 @@ class Loaded:
             getattr(self.kernel, "created", []).clear()
         return self._beyond[m]
 
-    def launch(self, sig: tuple, problem: dict, tensors: dict) -> None:
+    def launch(self, sig: tuple, problem: dict, tensors: dict) -> "_Bound | None":
         """Run the kernel once on ``tensors`` (torch tensors by the workload's names, contiguous,
-        on this entry's device) for the call ``problem`` whose signature is ``sig``."""
+        on this entry's device) for the call ``problem`` whose signature is ``sig``. Returns the
+        bound launcher when it serves every call of ``sig`` (no weights in its key, pointers
+        replaceable), so the caller may keep it and call :meth:`_Bound.run` directly."""
         key = (sig, *[tensors[n].data_ptr() for n in self._weight_names if n in tensors]) if self._weight_names else sig
         bound = self._bound.get(key)
         if bound is None:
@@ -84,10 +86,9 @@ class Loaded:
                 while len(bound.by_address) > BY_ADDRESS:
                     bound.by_address.pop(next(iter(bound.by_address)))
             fn()
-            return
-        for launch, position, name in bound.slots:
-            launch.set_pointer(position, tensors[name].data_ptr())
-        bound.fn()
+            return None
+        bound.run(tensors)
+        return None if self._weight_names else bound
 
     def _bind(self, key: tuple, problem: dict, tensors: dict) -> "_Bound":
         fn, launches = self._make(problem, tensors)
@@ -139,12 +140,18 @@ class _Bound:
     def __init__(self, fn: Callable[[], Any], slots: list | None):
         self.fn, self.slots, self.by_address = fn, slots, {}
 
+    def run(self, tensors: dict) -> None:
+        """Write ``tensors``' addresses into the bound arguments, then launch."""
+        for launch, positions, names in self.slots:
+            launch.update(positions, [tensors[n].data_ptr() for n in names])
+        self.fn()
+
 
 def _slots(launches: list, tensors: dict, weights: tuple) -> list | None:
-    """(launch, position, name) for every pointer argument of ``launches`` that is the start of one
-    of the call's non-weight tensors; None when there are no launches to set, or when an argument
-    is ambiguous (two tensors at one address) or points inside a call tensor other than at its start
-    (a derived pointer that would go stale)."""
+    """(launch, positions, names) per launch: its pointer arguments that are the start of one of the
+    call's non-weight tensors. None when there are no launches to set, or when an argument is
+    ambiguous (two tensors at one address) or points inside a call tensor other than at its start (a
+    derived pointer that would go stale)."""
     if not launches:
         return None
     starts: dict[int, list[str]] = {}
@@ -156,15 +163,19 @@ def _slots(launches: list, tensors: dict, weights: tuple) -> list | None:
         spans.append((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()))
     slots = []
     for launch in launches:
+        positions, names = [], []
         for position, address in launch.pointers:
-            names = starts.get(address, [])
-            if len(names) > 1:
+            found = starts.get(address, [])
+            if len(found) > 1:
                 return None
-            if names:
-                if names[0] not in weights:
-                    slots.append((launch, position, names[0]))
+            if found:
+                if found[0] not in weights:
+                    positions.append(position)
+                    names.append(found[0])
             elif any(lo < address < hi for lo, hi in spans):
                 return None
+        if positions:
+            slots.append((launch, tuple(positions), tuple(names)))
     return slots
 
 
