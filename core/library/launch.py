@@ -154,7 +154,9 @@ def _packed(a: Any) -> Any:
         return ctypes.c_int32(int(a))
     if isinstance(a, float):
         return ctypes.c_float(a)
-    if hasattr(a, "tobytes") and hasattr(a, "nbytes"):  # a numpy scalar (np.uint64, np.int32...)
+    if isinstance(getattr(getattr(a, "data", None), "ptr", None), int):  # a CuPy array: its device pointer
+        return ctypes.c_uint64(a.data.ptr)
+    if hasattr(a, "tobytes") and getattr(a, "shape", None) == ():  # a numpy scalar (np.uint64, np.int32...)
         raw = a.tobytes()
         return (ctypes.c_char * len(raw)).from_buffer_copy(raw)
     raise TypeError(f"cannot pass a {type(a).__name__} to a CUDA kernel")
