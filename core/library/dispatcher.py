@@ -14,8 +14,9 @@ path (:mod:`core.library.native`). A miss never raises:
   a tampered file, a failed load or a failed check refuses that entry with a
   :class:`LibraryWarning`, and the lookup goes on without it.
 
-The resolution of a call signature is cached, so a repeated call costs two dictionary lookups and
-the launch. A dispatcher is not thread-safe: one per thread, or a lock around calls.
+The resolution of a call signature is cached with the launcher bound for it, so a repeated call
+costs one dictionary lookup, writing its tensors' addresses into the bound arguments, and the
+launch. A dispatcher is not thread-safe: one per thread, or a lock around calls.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ class Dispatcher:
     ``verified`` remembers entries checked on this device (default: the file under
     ``~/.cache/abebot``); ``build_dir`` holds entries compiled here from their sources;
     ``log_misses`` False keeps ``misses.jsonl`` untouched (a read-only library); ``fast_launch``
-    False launches CUDA C kernels through the backend's CuPy path (:mod:`core.library.launch`)."""
+    False launches through the backends' own binds, not :mod:`core.library.launch` (to compare)."""
 
     def __init__(self, library: Library | str | Path | None = None, verified: VerifiedCache | None = None,
                  build_dir: Path | None = None, log_misses: bool = True, fast_launch: bool = True):

@@ -187,8 +187,10 @@ def load_entry(entry: Any, root: Path, backend: Any, runtime: Any, build_dir: Pa
                verified: VerifiedCache, fast_launch: bool = True) -> Loaded:
     """``entry`` of the library at ``root`` loaded into ``runtime`` (of ``backend``, this device)
     and verified here; :class:`Refused` with the reason when it cannot be used. ``fast_launch``:
-    a CUDA C kernel launches through :mod:`core.library.launch` (else through the backend's own
-    CuPy launch); the check runs the launch the calls will run."""
+    a CUDA C or C kernel launches through :mod:`core.library.launch` (``cuLaunchKernel``, or one
+    ctypes call, with pointers replaced per call), else through the backend's own bind (CuPy's
+    launch on a GPU) with launchers cached per tensor address; the check runs the launch the calls
+    will run."""
     why = entry.verify_files(root)
     if why:
         raise Refused(why)
