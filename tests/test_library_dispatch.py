@@ -252,3 +252,16 @@ def test_an_entry_whose_loading_fails_unexpectedly_is_refused_not_raised(built, 
     with pytest.warns(LibraryWarning, match="OSError: disk gone"):
         assert not rms_call(d, rows=4)[0]
     assert d.calls_by() == {"native": 1}
+
+
+def test_without_the_fast_launch_the_backends_own_bind_serves_each_set_of_addresses(built, tmp_path):
+    lib, _ = built
+    d = dispatcher(lib, tmp_path, fast_launch=False)
+    kept = []
+    for _ in range(3):
+        ran, out, want = rms_call(d, rows=4)
+        assert ran
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        kept.append(out)
+    bound = next(iter(d._loaded[lib.entries[0].id]._bound.values()))
+    assert bound.slots is None and len(bound.by_address) == 3

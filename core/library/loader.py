@@ -93,6 +93,8 @@ class Loaded:
     def _bind(self, key: tuple, problem: dict, tensors: dict) -> "_Bound":
         fn, launches = self._make(problem, tensors)
         bound = _Bound(fn, _slots(launches, tensors, self._weight_names))
+        if bound.slots is None:
+            bound.by_address[tuple(t.data_ptr() for t in tensors.values())] = fn
         self._bound[key] = bound
         while len(self._bound) > BOUND_PER_ENTRY:
             self._bound.popitem(last=False)
