@@ -10,118 +10,19 @@ from torch import nn
 from core.backends import availability
 from core.library import ops
 from core.library.patch import LibraryMLP, LibraryRMSNorm, LibraryRotary, patch
-from core.library.quant_linear import GROUP, LibraryQuantLinear, QuantLinear, pack, unpack
+from core.library.quant_linear import LibraryQuantLinear, QuantLinear, pack, unpack
 from core.library.verify import VerifiedCache
 from tests.test_library_dispatch_support import c_library
+from tests.test_library_patch_model import TINY, TinyLlama
+from tests.test_library_patch_model import library_specs as model_specs
 
-HIDDEN, INTER, HEADS, KV_HEADS, HEAD, VOCAB, LAYERS, TOKENS, EPS = 256, 512, 4, 2, 64, 512, 2, 4, 1e-6
-
-
-class RMSNorm(nn.Module):
-    """vLLM's convention: ``forward(x, residual=None)``; with a residual, adds it first."""
-
-    def __init__(self, hidden: int, eps: float = EPS):
-        super().__init__()
-        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(hidden))
-        self.variance_epsilon = eps
-
-    def forward(self, x, residual=None):
-        if residual is not None:
-            x = x + residual
-            residual = x
-        out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon) * self.weight
-        return out if residual is None else (out, residual)
-
-
-class RotaryEmbedding(nn.Module):
-    """NeoX rotary embedding, vLLM's ``forward(positions, query, key)``."""
-
-    def __init__(self, head: int, max_position_embeddings: int = 128, base: float = 10000.0):
-        super().__init__()
-        self.head, self.max_position_embeddings = head, max_position_embeddings
-        self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, head, 2).float() / head), persistent=False)
-
-    def forward(self, positions, query, key):
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        cos, sin = freqs.cos()[:, None, :], freqs.sin()[:, None, :]
-
-        def rotate(x):
-            x = x.view(x.shape[0], -1, self.head)
-            x1, x2 = x[..., : self.head // 2], x[..., self.head // 2:]
-            return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(1)
-
-        return rotate(query), rotate(key)
-
-
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.qkv_proj = QuantLinear.from_linear(nn.Linear(HIDDEN, (HEADS + 2 * KV_HEADS) * HEAD, bias=False))
-        self.o_proj = QuantLinear.from_linear(nn.Linear(HEADS * HEAD, HIDDEN, bias=False))
-        self.rotary_emb = RotaryEmbedding(HEAD)
-
-    def forward(self, positions, x):
-        q, k, v = self.qkv_proj(x).split([HEADS * HEAD, KV_HEADS * HEAD, KV_HEADS * HEAD], dim=-1)
-        q, k = self.rotary_emb(positions, q, k)
-        q, k, v = (t.reshape(t.shape[0], -1, HEAD).transpose(0, 1) for t in (q, k, v))
-        k, v = (t.repeat_interleave(HEADS // KV_HEADS, dim=0) for t in (k, v))
-        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o_proj(out.transpose(0, 1).reshape(x.shape[0], -1))
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.gate_proj = QuantLinear.from_linear(nn.Linear(HIDDEN, INTER, bias=False))
-        self.up_proj = QuantLinear.from_linear(nn.Linear(HIDDEN, INTER, bias=False))
-        self.down_proj = QuantLinear.from_linear(nn.Linear(INTER, HIDDEN, bias=False))
-        self.act_fn = nn.SiLU()
-
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.input_layernorm, self.post_attention_layernorm = RMSNorm(HIDDEN), RMSNorm(HIDDEN)
-        self.self_attn, self.mlp = Attention(), MLP()
-
-    def forward(self, positions, hidden, residual):
-        if residual is None:
-            residual, hidden = hidden, self.input_layernorm(hidden)
-        else:
-            hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden)
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(hidden), residual
-
-
-class TinyLlama(nn.Module):
-    """Llama's decoder, vLLM-style (tokens flattened, fused residual norms), 4-bit projections."""
-
-    def __init__(self):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
-        self.layers = nn.ModuleList(DecoderLayer() for _ in range(LAYERS))
-        self.norm = RMSNorm(HIDDEN)
-        self.lm_head = nn.Linear(HIDDEN, VOCAB, bias=False)
-
-    def forward(self, ids, positions):
-        hidden, residual = self.embed_tokens(ids), None
-        for layer in self.layers:
-            hidden, residual = layer(positions, hidden, residual)
-        hidden, _ = self.norm(hidden, residual)
-        return self.lm_head(hidden)
+HIDDEN, INTER, HEADS, KV_HEADS, HEAD = TINY.hidden, TINY.inter, TINY.heads, TINY.kv_heads, TINY.head
+VOCAB, LAYERS, TOKENS = TINY.vocab, TINY.layers, 4
 
 
 def library_specs() -> list[tuple[str, dict]]:
-    """Every op and shape of TinyLlama at M = TOKENS (fp32: the C backend's dtype)."""
-    shapes = {((HEADS + 2 * KV_HEADS) * HEAD, HIDDEN), (HIDDEN, HEADS * HEAD), (INTER, HIDDEN), (HIDDEN, INTER)}
-    w4 = [("w4a16", {"m": TOKENS, "n": n, "k_groups": k // GROUP, "zero_points": False}) for n, k in sorted(shapes)]
-    return w4 + [("rmsnorm", {"rows": TOKENS, "cols": HIDDEN, "residual": r, "eps": EPS}) for r in (False, True)] + [
-        ("rope", {"tokens": TOKENS, "q_heads": HEADS, "kv_heads": KV_HEADS, "half_dim": HEAD // 2, "max_positions": 128}),
-        ("silu_mul", {"tokens": TOKENS, "hidden": INTER})]
+    """Every op and shape of the tiny model at M = TOKENS (fp32: the C backend's dtype)."""
+    return model_specs(TINY, TOKENS)
 
 
 needs_c = pytest.mark.skipif(availability("c") is not None, reason="no C compiler with OpenMP")
