@@ -138,12 +138,12 @@ def measure(device: str, calls: int, reps: int, folder: Path) -> dict:
         row = {"entry": entry.id, "how": d.calls_by(op), "refused": d.refused.get(entry.id)}
         row["library_us"] = host_us(lambda: public(*args), calls, reps, sync)
         if loaded is not None:
-            sig, problem_, tensors = _capture(d, public, args)  # tensors kept alive while timed
+            sig, problem_, tensors, shaped = _capture(d, public, args)  # tensors kept alive while timed
             row["raw_us"] = host_us(_raw(loaded, sig, problem_, tensors), calls, reps, sync)
             row["dispatch_us"] = round(row["library_us"] - row["raw_us"], 3)
             original = getattr(loaded.kernel, "_kernel", None)
             if original is not None:  # the backend's own launch (CuPy; ctypes on a CPU) on the same tensors
-                row["backend_us"] = host_us(_backend_launch(loaded, original, problem_, tensors), calls, reps, sync)
+                row["backend_us"] = host_us(_backend_launch(loaded, original, problem_, shaped), calls, reps, sync)
         row["native_us"] = host_us(native_call(op, args), calls, reps, sync)
         names = [k for k in ("library_us", "raw_us", "backend_us", "native_us") if k in row]
         row["fastest_round_us"] = dict(zip(names, MINIMA))  # host_us ran in this order
@@ -173,20 +173,22 @@ def _raw(loaded, sig: tuple, problem: dict, tensors: dict):
 
 
 def _capture(d, public, args) -> tuple:
-    """(signature, problem, tensors) of one call of ``public`` on ``args`` through dispatcher ``d``."""
+    """(signature, problem, tensors, the tensors in the workload's shapes) of one call of ``public`` on
+    ``args`` through dispatcher ``d``."""
     captured: dict = {}
     real = d.run
 
-    def spy(op, problem, tensors, kind="cpu", index=0):
-        captured.update(sig=(op, kind, index, *problem.values()), problem=problem, tensors=tensors)
-        return real(op, problem, tensors, kind, index)
+    def spy(op, problem, tensors, kind="cpu", index=0, shaped=None):
+        captured.update(sig=(op, kind, index, *problem.values()), problem=problem, tensors=tensors,
+                        shaped=shaped() if shaped is not None else tensors)
+        return real(op, problem, tensors, kind, index, shaped)
 
     d.run = spy
     try:
         captured["result"] = public(*args)
     finally:
         del d.run  # the instance attribute goes; the method is back
-    return captured["sig"], captured["problem"], captured["tensors"]
+    return captured["sig"], captured["problem"], captured["tensors"], captured["shaped"]
 
 
 def _backend_launch(loaded, kernel, problem: dict, tensors: dict):

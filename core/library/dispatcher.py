@@ -69,10 +69,13 @@ class Dispatcher:
         self._logged: set[CallKey] = set()
 
     # -- the hot path ------------------------------------------------------------------------------
-    def run(self, op: str, problem: dict, tensors: dict, kind: str = "cpu", index: int = 0) -> bool:
+    def run(self, op: str, problem: dict, tensors: dict, kind: str = "cpu", index: int = 0,
+            shaped: Any = None) -> bool:
         """Run the library kernel serving ``op`` on ``problem`` over ``tensors`` (torch tensors by the
         workload's names, contiguous, on a ``kind`` ("cpu" or "gpu") device ``index``): True when
-        one ran (outputs written), False when the caller must run the native path."""
+        one ran (outputs written), False when the caller must run the native path. ``shaped``: where
+        ``tensors`` are other views of the workload's tensors (the same memory), a callable giving
+        them in the workload's shapes, called only when a launcher is bound."""
         sig = (op, kind, index, *problem.values())
         slot = self._resolved.get(sig)
         if slot is None:
@@ -85,7 +88,7 @@ class Dispatcher:
         loaded = slot[3]
         if loaded is None:
             return False
-        slot[4] = loaded.launch(sig, problem, tensors)
+        slot[4] = loaded.launch(sig, problem, tensors, shaped)
         return True
 
     # -- resolution --------------------------------------------------------------------------------

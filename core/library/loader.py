@@ -69,20 +69,23 @@ class Loaded:
             getattr(self.kernel, "created", []).clear()
         return self._beyond[m]
 
-    def launch(self, sig: tuple, problem: dict, tensors: dict) -> "_Bound | None":
+    def launch(self, sig: tuple, problem: dict, tensors: dict, shaped: Callable[[], dict] | None = None
+               ) -> "_Bound | None":
         """Run the kernel once on ``tensors`` (torch tensors by the workload's names, contiguous,
-        on this entry's device) for the call ``problem`` whose signature is ``sig``. Returns the
-        bound launcher when it serves every call of ``sig`` (no weights in its key, pointers
-        replaceable), so the caller may keep it and call :meth:`_Bound.run` directly."""
+        on this entry's device) for the call ``problem`` whose signature is ``sig``. Where the
+        tensors are not yet in the workload's shapes (the same memory, other views), ``shaped()``
+        gives them so: only a bind needs shapes, a bound launch needs addresses. Returns the bound
+        launcher when it serves every call of ``sig`` (no weights in its key, pointers replaceable),
+        so the caller may keep it and call :meth:`_Bound.run` directly."""
         key = (sig, *[tensors[n].data_ptr() for n in self._weight_names if n in tensors]) if self._weight_names else sig
         bound = self._bound.get(key)
         if bound is None:
-            bound = self._bind(key, problem, tensors)
+            bound = self._bind(key, problem, shaped() if shaped is not None else tensors)
         if bound.slots is None:  # no replaceable pointers (Triton): one launcher per set of addresses
             ptrs = tuple(t.data_ptr() for t in tensors.values())
             fn = bound.by_address.get(ptrs)
             if fn is None:
-                fn = bound.by_address[ptrs] = self._make(problem, tensors)[0]
+                fn = bound.by_address[ptrs] = self._make(problem, shaped() if shaped is not None else tensors)[0]
                 while len(bound.by_address) > BY_ADDRESS:
                     bound.by_address.pop(next(iter(bound.by_address)))
             fn()

@@ -97,16 +97,20 @@ def rmsnorm_impl(x: torch.Tensor, weight: torch.Tensor, residual: Optional[torch
 
 def rope_impl(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
     tokens, half = positions.numel(), cos_sin_cache.shape[-1]
-    q4, k4 = q.view(tokens, -1, 2, half), k.view(tokens, -1, 2, half)
     d = _state["dispatcher"]
-    if d is not None and _dense(q, k, cos_sin_cache) and q.dtype == k.dtype == cos_sin_cache.dtype:
+    if d is not None and q.is_contiguous() and k.is_contiguous() and cos_sin_cache.is_contiguous() and \
+            q.dtype == k.dtype == cos_sin_cache.dtype and positions.is_contiguous():
         pos = positions if positions.dtype == torch.int32 else positions.to(torch.int32)
-        problem = {"tokens": tokens, "q_heads": q4.shape[1], "kv_heads": k4.shape[1], "half_dim": half,
-                   "max_positions": cos_sin_cache.shape[0], "dtype": _dtype(q)}
-        t = {"positions": pos.view(-1), "cos_sin_cache": cos_sin_cache, "q": q4, "k": k4}
-        if d.run("rope", problem, t, *_where(q)):
+        width = 2 * half
+        problem = {"tokens": tokens, "q_heads": q.numel() // (tokens * width), "kv_heads": k.numel() // (tokens * width),
+                   "half_dim": half, "max_positions": cos_sin_cache.shape[0], "dtype": _dtype(q)}
+        t = {"positions": pos, "cos_sin_cache": cos_sin_cache, "q": q, "k": k}  # addresses; shapes below
+        kind, index = _where(q)
+        if d.run("rope", problem, t, kind, index, lambda: {"positions": pos.view(-1), "cos_sin_cache": cos_sin_cache,
+                                                             "q": q.view(tokens, -1, 2, half),
+                                                             "k": k.view(tokens, -1, 2, half)}):
             return
-    native.rope(positions.view(-1), q4, k4, cos_sin_cache)
+    native.rope(positions.view(-1), q.view(tokens, -1, 2, half), k.view(tokens, -1, 2, half), cos_sin_cache)
 
 
 def silu_mul_impl(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -127,20 +131,25 @@ def silu_mul_impl(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 def w4a16_impl(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
                zeros: Optional[torch.Tensor]) -> torch.Tensor:
     k, n = x.shape[-1], qweight.shape[-1]
-    groups = k // 128
-    m = x.numel() // k
-    words = qweight.view(groups, 16, n)
+    groups, m = k // 128, x.numel() // k
     d = _state["dispatcher"]
-    if d is not None and _dense(x, qweight, scales, zeros) and scales.dtype == x.dtype:
+    if d is not None and x.is_contiguous() and qweight.is_contiguous() and scales.is_contiguous() and \
+            scales.dtype == x.dtype and (zeros is None or zeros.is_contiguous()):
         y = x.new_empty((*x.shape[:-1], n))
         problem = {"m": m, "n": n, "k_groups": groups, "dtype": _dtype(x), "zero_points": zeros is not None}
-        t = {"x": x.view(m, groups, 128), "qweight": words, "scales": scales}
+        t = {"x": x, "qweight": qweight, "scales": scales, "y": y}  # addresses; the workload's shapes below
         if zeros is not None:
             t["zeros"] = zeros
-        t["y"] = y.view(m, n)
-        if d.run("w4a16", problem, t, *_where(x)):
+        kind, index = _where(x)
+
+        def shaped() -> dict:
+            out = {"x": x.view(m, groups, 128), "qweight": qweight.view(groups, 16, n), "scales": scales,
+                   "y": y.view(m, n)}
+            return out if zeros is None else {**out, "zeros": zeros}
+
+        if d.run("w4a16", problem, t, kind, index, shaped):
             return y
-    return native.w4a16(x.reshape(m, k), words, scales, zeros).view(*x.shape[:-1], n)
+    return native.w4a16(x.reshape(m, k), qweight.view(groups, 16, n), scales, zeros).view(*x.shape[:-1], n)
 
 
 # -- the custom ops -----------------------------------------------------------------------------
