@@ -103,6 +103,7 @@ LAYERS = (
     ("core.genes", "core.genome", "core.objectives"),  # ground: the gene-space language, objectives as data
     ("core.backends",),                         # c, cuda, triton, their runtimes and arrays
     ("core.workloads",),                        # problems, references, templates and kernels
+    ("core.library",),                          # the runtime a model imports: manifest, dispatcher, ops, patch
     ("core.config",),                           # run settings, validated against the registries
     ("core.evaluation",),                       # render -> compile -> verify -> time, in the sandbox
     ("core.search",),                           # the GA: operators, selection, fitness, re-timing
@@ -150,6 +151,26 @@ def test_no_import_runs_back_up_a_layer():
     offences = [line for path in scanned_files() + sorted((ROOT / "core" / "backends").rglob("*.py"))
                 for line in upward_imports(path)]
     assert not offences, "a lower layer imports a higher one:\n" + "\n".join(offences)
+
+
+LIBRARY_MAY_IMPORT = ("core.library", "core.backends", "core.workloads")
+
+
+def test_the_library_runtime_imports_only_backends_and_workloads():
+    """A model imports core.library without the GA, the store or the dashboard (issue 28)."""
+    offences = []
+    for path in sorted((ROOT / "core" / "library").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            offences += [f"{path.relative_to(ROOT)}:{node.lineno}: imports {name}" for name in names
+                         if name.split(".")[0] in PROJECT and name != "core"
+                         and not any(name == p or name.startswith(p + ".") for p in LIBRARY_MAY_IMPORT)]
+    assert not offences, "core.library may import only " + ", ".join(LIBRARY_MAY_IMPORT) + ":\n" + "\n".join(offences)
 
 
 def test_the_layer_scan_sees_imports_inside_functions(tmp_path, monkeypatch):
