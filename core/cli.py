@@ -378,6 +378,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 COMMANDS["check"] = cmd_check
+COMMANDS["decode-bench"] = lambda args: __import__("core.tools.decode_bench", fromlist=["cmd"]).cmd(args)
 COMMANDS["library"] = lambda args: __import__("core.tools.library_cli", fromlist=["cmd_library"]).cmd_library(args)
 
 

@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     from core.tools.library_cli import add_parser as add_library_parser
 
     add_library_parser(sub, DEFAULT_RUNS_DIR)
+    __import__("core.tools.decode_bench", fromlist=["add_parser"]).add_parser(sub)
     return p
 
 

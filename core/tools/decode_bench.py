@@ -1,0 +1,271 @@
+"""``python -m core decode-bench``: one decode step of a random 4-bit Llama, two ways, in one process.
+
+* (a) the PyTorch baseline: projections on torch's int4 kernel (``torch._weight_int4pack_mm``; the
+  native dequantise-then-matmul on a CPU), each decoder layer under ``torch.compile`` (unless
+  ``--no-compile`` or it fails: the report says which), the step replayed as a CUDA graph;
+* (b) AbeBot: the same weights, ``core.library.patch(model, library)``, the step replayed as a CUDA
+  graph. Without a library every op call misses and runs the native path: (b) is then labelled
+  "native ops (no library)", not AbeBot's kernels.
+
+It reports ms per step and tokens/s (batch 1; when ``--layers`` is below the model's count, the
+full-model figure is projected from the measured per-layer time and LM head, and says so), a per-
+kernel breakdown (torch profiler), the library's dispatch counts, the speculative verify step at
+M = K + 1 (``--verify``), and the logits of (b) (and (a)) against a float32 reference of the same
+dequantised weights. Bad input is one line and exit status 2 (raised as ValueError).
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from core.library.models import ModelError, ModelShape, load_model
+
+TINY = ModelShape("tiny", hidden=256, intermediate=512, heads=4, kv_heads=2, head_dim=64, vocab=512, layers=2)
+EPS = 1e-5
+
+
+def add_parser(sub) -> None:
+    """Add ``decode-bench`` to ``sub`` (an argparse subparsers)."""
+    p = sub.add_parser("decode-bench", help="time one decode step of a random 4-bit Llama: PyTorch vs the library")
+    p.add_argument("--model", default="llama-3.1-70b", help="llama-3.1-8b, llama-3.1-70b, qwen2.5-72b, tiny "
+                                                            "(2 layers, hidden 256) or a JSON shape file")
+    p.add_argument("--layers", type=int, default=None, help="decoder layers to build (default: all of the model's)")
+    p.add_argument("--context", type=int, default=1024, help="tokens already in the KV cache")
+    p.add_argument("--batch", type=int, default=1, help="sequences per step (only 1 for now)")
+    p.add_argument("--steps", type=int, default=None, help="steps of the logits check (default 100 on a GPU, 4 on a CPU)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default cuda where available)")
+    p.add_argument("--library", default=None, metavar="DIR", help="an existing library folder for (b)")
+    p.add_argument("--seed-library", action="store_true",
+                   help="build (b)'s library here from the templates' seed genomes (C on a CPU, CUDA C on a GPU)")
+    p.add_argument("--champions", default=None, metavar="JSON",
+                   help="build (b)'s library from these champion genomes (e.g. benchmarks/suites/cold_recheck_genomes.json)")
+    p.add_argument("--library-out", default=None, metavar="DIR", help="where a built library goes (default a temp dir)")
+    p.add_argument("--verify", default="", help="speculative verify steps: drafted token counts K, e.g. 1,2,3,4,7")
+    p.add_argument("--no-compile", action="store_true", help="(a) without torch.compile")
+    p.add_argument("--copies", type=int, default=None, help="layer copies rotated between steps (default: enough to "
+                                                             "exceed 4x the L2 cache)")
+    p.add_argument("--rounds", type=int, default=5, help="timing rounds (median reported)")
+    p.add_argument("--iters", type=int, default=20, help="steps per timing round")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="reference top-2 logit gap below which a step is reported apart (default 0.05 GPU, 1e-3 CPU)")
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+
+
+def cmd(args) -> int:
+    """Run the benchmark (module docstring); prints a table or the JSON record."""
+    record = run(args, say=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps(record, indent=1) if args.json else format_record(record))
+    return 0
+
+
+def _validate(args) -> tuple[ModelShape, torch.device]:
+    try:
+        shape = TINY if args.model.strip().lower() == "tiny" else load_model(args.model)
+    except ModelError as exc:
+        raise ValueError(str(exc)) from None
+    if args.batch != 1:
+        raise ValueError("--batch: only batch 1 is supported for now")
+    if args.layers is not None and not 1 <= args.layers <= shape.layers:
+        raise ValueError(f"--layers must be from 1 to {shape.layers} for {shape.name}")
+    if not 1 <= args.context <= 1 << 20:
+        raise ValueError("--context must be from 1 to 1048576")
+    for name in ("rounds", "iters"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1")
+    if args.copies is not None and not 1 <= args.copies <= 256:
+        raise ValueError("--copies must be from 1 to 256")
+    if sum(x is not None and x is not False for x in (args.library, args.champions, args.seed_library or None)) > 1:
+        raise ValueError("give one of --library, --seed-library, --champions")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"--device must be cuda or cpu, not {args.device}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA GPU here")
+    return shape, device
+
+
+def verify_counts(spec: str) -> list[int]:
+    """The K values of ``--verify`` ("1,2,4"); ValueError for anything but integers 1 to 15."""
+    if not spec.strip():
+        return []
+    try:
+        ks = [int(x) for x in spec.split(",")]
+    except ValueError:
+        raise ValueError(f"--verify takes drafted token counts like 1,2,3,4,7, not {spec!r}") from None
+    if any(not 1 <= k <= 15 for k in ks):
+        raise ValueError("--verify: each K must be from 1 to 15")
+    return ks
+
+
+def _copies(shape: ModelShape, layers: int, device: torch.device) -> int:
+    """Layer copies so that the weights the rotation reads are at least 4x the L2 cache."""
+    if device.type != "cuda":
+        return 1
+    qkv = (shape.heads + 2 * shape.kv_heads) * shape.head_dim
+    per_layer = sum(n * k // 2 + n * k // 64 for n, k in ((qkv, shape.hidden), (shape.hidden, shape.heads * shape.head_dim),
+                    (2 * shape.intermediate, shape.hidden), (shape.hidden, shape.intermediate)))
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+    return max(1, min(64, math.ceil(4 * l2 / (per_layer * layers))))
+
+
+def _library(args, shape, device, dtype_name, capacity, say):
+    """(library or None, what (b) runs, entry origins)."""
+    from core.library.manifest import Library
+
+    if args.library:
+        return Library.load(args.library), f"library {args.library}", []
+    if not (args.seed_library or args.champions):
+        return None, "native ops (no library): every call misses and runs the native PyTorch path", []
+    from core.tools.decode_library import build_library, decode_specs, load_champions
+    from core.backends import availability
+
+    backend = "cuda" if device.type == "cuda" else "c"
+    why = availability(backend)
+    if why:
+        raise ValueError(f"cannot build a {backend} library here: {why}")
+    root = Path(args.library_out or tempfile.mkdtemp(prefix="decode-lib-"))
+    champions = load_champions(args.champions, backend) if args.champions else None
+    lib, origins = build_library(root, decode_specs(shape, 1, dtype_name, EPS, capacity), backend, root / ".cc",
+                                 champions, say)
+    source = f"champion genomes {args.champions}" if champions is not None else "the templates' seed genomes"
+    return lib, f"library built at {root} from {source} ({backend}, M=1 entries)", origins
+
+
+def run(args, say=lambda line: None) -> dict:
+    """The benchmark's record (a dict; module docstring)."""
+    from core.library import ops
+    from core.library.decode_model import DecodeLlama, KVCache, int4_baseline
+    from core.library.patch import patch
+    from core.library.verify import VerifiedCache
+    from core.tools.decode_engine import GraphFn, Step, breakdown, check_logits, time_steps
+
+    shape, device = _validate(args)
+    ks = verify_counts(args.verify)
+    gpu = device.type == "cuda"
+    layers = args.layers or shape.layers
+    dtype = torch.bfloat16 if gpu else torch.float32
+    dtype_name = str(dtype).rpartition(".")[2]
+    steps = args.steps if args.steps is not None else (100 if gpu else 4)
+    tolerance = args.tolerance if args.tolerance is not None else (0.05 if gpu else 1e-3)
+    copies = args.copies or _copies(shape, layers, device)
+    capacity = -(-(args.context + steps + max(ks + [0]) + 1) // 64) * 64
+    say(f"building {shape.name}: {layers} layers x {copies} copies, KV capacity {capacity}, {dtype_name} on {device}")
+    model = DecodeLlama(shape, layers, capacity, copies, EPS, dtype, str(device)).eval()
+    baseline, baseline_linear = int4_baseline(model)
+    cache_a = KVCache(shape, layers, capacity, args.context, dtype, device)
+    cache_b = KVCache(shape, layers, capacity, args.context, dtype, device)
+    lib, b_label, origins = _library(args, shape, device, dtype_name, capacity, say)
+    from core.library.manifest import Library
+
+    root = Path(lib.root) if lib is not None and lib.root else Path(tempfile.mkdtemp(prefix="decode-verified-"))
+    report = patch(model, lib if lib is not None else Library(), verified=VerifiedCache(root / "verified.json"),
+                   build_dir=root / "builds", log_misses=lib is not None)
+    layer_fn, a_label = None, "eager"
+    if not args.no_compile and gpu:
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        layer_fn, a_label = torch.compile(_run_layer), "torch.compile per layer"
+    try:
+        record = _measure(args, model, baseline, cache_a, cache_b, layer_fn, a_label, ks, gpu, steps, tolerance,
+                          GraphFn, Step, breakdown, check_logits, time_steps, say)
+    finally:
+        ops.activate(None)
+    d = report.dispatcher
+    record.update({
+        "model": shape.name, "layers": layers, "model_layers": shape.layers, "copies": copies,
+        "context": args.context, "batch": 1, "device": torch.cuda.get_device_name(device) if gpu else "cpu",
+        "dtype": dtype_name, "weight_bytes_per_step": model.weight_bytes(), "torch": torch.__version__,
+        "a": {**record["a"], "label": f"{baseline_linear}, {record['a']['mode']}" + (", CUDA graph" if gpu else "")},
+        "b": {**record["b"], "label": b_label + (", CUDA graph" if gpu else ", eager")},
+        "library_entries": origins, "dispatch": d.counts(), "dispatch_by_op": {op: d.calls_by(op) for op in
+                                                                               ("rmsnorm", "rope", "silu_mul", "w4a16")},
+        "dispatch_note": "calls counted at eager and capture time; a graph replay repeats the captured launches",
+        "refused": dict(d.refused), "patched": {k: len(v) for k, v in report.swapped.items()}})
+    return record
+
+
+def _run_layer(layer, positions, hidden, residual, k_cache, v_cache, mask):
+    return layer(positions, hidden, residual, k_cache, v_cache, mask)
+
+
+def _measure(args, model, baseline, cache_a, cache_b, layer_fn, a_label, ks, gpu, steps, tolerance,
+             GraphFn, Step, breakdown, check_logits, time_steps, say) -> dict:
+    device = cache_a.k[0].device
+    ctx = args.context
+
+    def make_a(positions):
+        nonlocal layer_fn, a_label
+        if layer_fn is not None:
+            try:
+                return Step(baseline, cache_a, positions, gpu, layer_fn)
+            except Exception as exc:  # noqa: BLE001 -- "torch.compile where it works"
+                say(f"torch.compile failed ({type(exc).__name__}: {str(exc)[:200]}); (a) runs eager")
+                layer_fn, a_label = None, f"eager (torch.compile failed: {type(exc).__name__})"
+        return Step(baseline, cache_a, positions, gpu)
+
+    say("capturing the one-token steps")
+    with torch.no_grad():
+        a1, b1 = make_a([ctx]), Step(model, cache_b, [ctx], gpu)
+        hidden = torch.randn(1, model.shape.hidden, dtype=model.lm_head.weight.dtype, device=device)
+        head = GraphFn(lambda: baseline.head(hidden, hidden), device)
+    say("timing")
+    t = time_steps({"a": a1, "b": b1, "head": head}, device, args.rounds, args.iters)
+    full = model.shape.layers
+
+    def figures(ms):
+        out = {"ms_per_step": round(ms, 4), "tokens_per_s": round(1000 / ms, 2)}
+        if model.n_layers < full:
+            proj = t["head"]["ms"] + (ms - t["head"]["ms"]) * full / model.n_layers
+            out.update({"projected_full_model_ms": round(proj, 4), "projected_full_model_tokens_per_s":
+                        round(1000 / proj, 2), "projection": f"(step - LM head) x {full}/{model.n_layers} + LM head"})
+        return out
+
+    rec = {"a": {**figures(t["a"]["ms"]), "timing": t["a"]}, "b": {**figures(t["b"]["ms"]), "timing": t["b"]},
+           "lm_head_ms": round(t["head"]["ms"], 4)}
+    rec["b_over_a_speedup"] = round(t["a"]["ms"] / t["b"]["ms"], 4)
+    say("profiling")
+    rec["a"]["breakdown"], rec["b"]["breakdown"] = breakdown(a1), breakdown(b1)
+    verify = []
+    for k in ks:
+        say(f"verify step K={k}")
+        with torch.no_grad():
+            pos = list(range(ctx, ctx + k + 1))
+            tk = time_steps({"a": make_a(pos), "b": Step(model, cache_b, pos, gpu)}, device, args.rounds, args.iters)
+        verify.append({"K": k, "M": k + 1, **{w: {"ms": round(tk[w]["ms"], 4),
+                                                  "x_one_token_step": round(tk[w]["ms"] / t[w]["ms"], 4)}
+                                              for w in ("a", "b")}})
+    rec["verify"] = verify
+    rec["a"]["mode"] = a_label
+    say(f"checking the logits over {steps} steps")
+    rec["b"]["logits"] = check_logits(b1, model, cache_b.like(torch.float32), ctx, steps, tolerance)
+    rec["a"]["logits"] = check_logits(a1, model, cache_a.like(torch.float32), ctx, steps, tolerance)
+    return rec
+
+
+def format_record(r: dict) -> str:
+    """The record as a short text report."""
+    lines = [f"{r['model']}: {r['layers']}/{r['model_layers']} layers (x{r['copies']} copies), context {r['context']}, "
+             f"batch 1, {r['dtype']} on {r['device']}; LM head {r['lm_head_ms']} ms"]
+    for w in ("a", "b"):
+        x = r[w]
+        line = f"({w}) {x['label']}: {x['ms_per_step']} ms/step, {x['tokens_per_s']} tokens/s"
+        if "projected_full_model_tokens_per_s" in x:
+            line += f"; projected full model {x['projected_full_model_tokens_per_s']} tokens/s ({x['projection']})"
+        lg = x["logits"]
+        line += (f"\n    logits vs fp32 over {lg['steps']} steps: max error {lg['max_abs_error']:.4g} "
+                 f"({lg['max_error_over_std']:.3g} of the logits' std), argmax {lg['argmax_agree']}/{lg['argmax_counted']}"
+                 f"; {lg['close_steps']} steps with top-2 closer than {lg['tolerance']} ({lg['close_steps_agree']} agree)")
+        kinds = ", ".join(f"{k} {v['share']:.0%}" for k, v in x["breakdown"]["by_kind"].items())
+        lines += [line, f"    breakdown ({x['breakdown']['source']}): {kinds}"]
+    lines.append(f"(b)/(a) speed-up: {r['b_over_a_speedup']}x")
+    for v in r["verify"]:
+        lines.append(f"verify K={v['K']} (M={v['M']}): (a) {v['a']['x_one_token_step']}x, "
+                     f"(b) {v['b']['x_one_token_step']}x a one-token step")
+    lines.append("dispatch: " + "; ".join(f"{op} {calls}" for op, calls in r["dispatch_by_op"].items()))
+    if r["refused"]:
+        lines.append(f"refused entries: {r['refused']}")
+    return "\n".join(lines)
