@@ -27,6 +27,7 @@ from core.library.models import ModelError, ModelShape, load_model
 
 TINY = ModelShape("tiny", hidden=256, intermediate=512, heads=4, kv_heads=2, head_dim=64, vocab=512, layers=2)
 EPS = 1e-5
+TORCH_DEVICES = ("cpu", "cuda")
 
 
 def add_parser(sub) -> None:
@@ -44,6 +45,8 @@ def add_parser(sub) -> None:
                    help="build (b)'s library here from the templates' seed genomes (C on a CPU, CUDA C on a GPU)")
     p.add_argument("--champions", default=None, metavar="JSON",
                    help="build (b)'s library from these champion genomes (e.g. benchmarks/suites/cold_recheck_genomes.json)")
+    p.add_argument("--backend", default=None, help="the backend of a built library (default: the first backend for "
+                                                    "the device: c on a CPU, cuda on a GPU)")
     p.add_argument("--library-out", default=None, metavar="DIR", help="where a built library goes (default a temp dir)")
     p.add_argument("--verify", default="", help="speculative verify steps: drafted token counts K, e.g. 1,2,3,4,7")
     p.add_argument("--no-compile", action="store_true", help="(a) without torch.compile")
@@ -82,9 +85,9 @@ def _validate(args) -> tuple[ModelShape, torch.device]:
     if sum(x is not None and x is not False for x in (args.library, args.champions, args.seed_library or None)) > 1:
         raise ValueError("give one of --library, --seed-library, --champions")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type not in ("cuda", "cpu"):
+    if device.type not in TORCH_DEVICES:
         raise ValueError(f"--device must be cuda or cpu, not {args.device}")
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if device.type != "cpu" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA GPU here")
     return shape, device
 
@@ -104,7 +107,7 @@ def verify_counts(spec: str) -> list[int]:
 
 def _copies(shape: ModelShape, layers: int, device: torch.device) -> int:
     """Layer copies so that the weights the rotation reads are at least 4x the L2 cache."""
-    if device.type != "cuda":
+    if device.type == "cpu":
         return 1
     qkv = (shape.heads + 2 * shape.kv_heads) * shape.head_dim
     per_layer = sum(n * k // 2 + n * k // 64 for n, k in ((qkv, shape.hidden), (shape.hidden, shape.heads * shape.head_dim),
@@ -122,9 +125,12 @@ def _library(args, shape, device, dtype_name, capacity, say):
     if not (args.seed_library or args.champions):
         return None, "native ops (no library): every call misses and runs the native PyTorch path", []
     from core.tools.decode_library import build_library, decode_specs, load_champions
-    from core.backends import availability
+    from core.backends import BACKENDS, availability, backend_class
 
-    backend = "cuda" if device.type == "cuda" else "c"
+    kind = "cpu" if device.type == "cpu" else "gpu"
+    backend = args.backend or next(b for b in BACKENDS if backend_class(b).device_kind == kind)
+    if backend not in BACKENDS or backend_class(backend).device_kind != kind:
+        raise ValueError(f"--backend {backend} does not run on {device} (choose from: {', '.join(BACKENDS)})")
     why = availability(backend)
     if why:
         raise ValueError(f"cannot build a {backend} library here: {why}")
@@ -146,7 +152,7 @@ def run(args, say=lambda line: None) -> dict:
 
     shape, device = _validate(args)
     ks = verify_counts(args.verify)
-    gpu = device.type == "cuda"
+    gpu = device.type != "cpu"
     layers = args.layers or shape.layers
     dtype = torch.bfloat16 if gpu else torch.float32
     dtype_name = str(dtype).rpartition(".")[2]
@@ -167,7 +173,9 @@ def run(args, say=lambda line: None) -> dict:
                    build_dir=root / "builds", log_misses=lib is not None)
     layer_fn, a_label = None, "eager"
     if not args.no_compile and gpu:
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        cfg = torch._dynamo.config  # one compiled layer serves every layer; the limit covers M changes
+        limit = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+        setattr(cfg, limit, max(getattr(cfg, limit), 64))
         layer_fn, a_label = torch.compile(_run_layer), "torch.compile per layer"
     try:
         record = _measure(args, model, baseline, cache_a, cache_b, layer_fn, a_label, ks, gpu, steps, tolerance,

@@ -84,7 +84,7 @@ class Step:
 
 
 def sync(device: torch.device) -> None:
-    if device.type == "cuda":
+    if device.type != "cpu":
         torch.cuda.synchronize(device)
 
 
@@ -93,7 +93,7 @@ class GraphFn:
 
     def __init__(self, fn: Callable[[], Any], device: torch.device):
         self.fn, self.graph = fn, None
-        if device.type == "cuda":
+        if device.type != "cpu":
             self.graph, _ = capture(fn)
 
     def run(self) -> None:
@@ -113,7 +113,7 @@ def time_steps(steps: dict[str, Any], device: torch.device, rounds: int = 5, ite
             for _ in range(2):
                 step.run()  # warm this step's copies before its timed run
             sync(device)
-            if device.type == "cuda":
+            if device.type != "cpu":
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 for _ in range(iters):
@@ -151,19 +151,22 @@ def breakdown(step: Step, runs: int = 5, top: int = 12) -> dict:
     :func:`kind_of` (a name heuristic) and the ``top`` names listed with their shares."""
     from torch.profiler import ProfilerActivity, profile
 
-    cuda = step.ids.device.type == "cuda"
+    cuda = step.ids.device.type != "cpu"
     step.run()
     sync(step.ids.device)
     with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         for _ in range(runs):
             step.run()
         sync(step.ids.device)
-    rows = []
+    rows, host = [], []
     for e in prof.key_averages():
         us = (getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0) or 0) if cuda else \
             e.self_cpu_time_total
-        if us > 0 and not (cuda and e.key.startswith("cuda")):
-            rows.append((e.key, us / runs))
+        on_device = str(getattr(e, "device_type", "")).endswith("CUDA")  # kernels, not the host calls
+        if us > 0:
+            (rows if on_device or not cuda else host).append((e.key, us / runs))
+    if cuda and not rows:  # no event marked as a device one: host events that carry device time, minus API calls
+        rows = [(k, us) for k, us in host if not k.startswith("cuda")]
     total = sum(us for _, us in rows) or 1.0
     kinds: dict[str, float] = {}
     for name, us in rows:
