@@ -81,3 +81,15 @@ def test_bad_decode_bench_input_is_one_line_and_exit_status_2(flags, message, ca
     assert main(["decode-bench", "--model", "tiny", "--device", "cpu", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+@torch.no_grad()
+def test_the_patched_rotary_gets_int32_positions_so_a_graph_replay_never_reads_a_stale_copy():
+    from core.library.manifest import Library
+    from core.library.patch import LibraryRotary, patch
+
+    model = DecodeLlama(TINY, 2, capacity=64, dtype=torch.float32).eval()
+    patch(model, Library(), log_misses=False)
+    model(torch.tensor([3]), torch.tensor([20]), KVCache(TINY, 2, 64, 20, torch.float32, "cpu"))
+    rotaries = [m for m in model.modules() if isinstance(m, LibraryRotary)]
+    assert len(rotaries) == 2 and all(r._positions[0] is None for r in rotaries)  # no int64 -> int32 copy cached

@@ -87,10 +87,10 @@ def random_quant(k: int, n: int, dtype: torch.dtype, device) -> QuantLinear:
 
 def attention(q, k_cache, v_cache, mask, heads: int, kv_heads: int, head: int):
     """SDPA of ``q`` (M, heads * head) over the cache (kv_heads, capacity, head) under ``mask``
-    (M, capacity) bool, GQA folded into the rows; returns (M, heads * head)."""
+    (group * M, capacity) bool (:func:`step_meta`), GQA folded into the rows; returns (M, heads * head)."""
     m, group = q.shape[0], heads // kv_heads
     rows = q.reshape(m, kv_heads, group, head).permute(1, 2, 0, 3).reshape(1, kv_heads, group * m, head)
-    out = F.scaled_dot_product_attention(rows, k_cache[None], v_cache[None], attn_mask=mask.repeat(group, 1)[None, None])
+    out = F.scaled_dot_product_attention(rows, k_cache[None], v_cache[None], attn_mask=mask[None, None])
     return out.reshape(kv_heads, group, m, head).permute(2, 0, 1, 3).reshape(m, heads * head)
 
 
@@ -104,13 +104,24 @@ class Attention(nn.Module):
         self.o_proj = random_quant(s.heads * s.head_dim, s.hidden, dtype, device)
         self.rotary_emb = RotaryEmbedding(s.head_dim, max_positions)
 
-    def forward(self, positions, x, k_cache, v_cache, mask):
+    def forward(self, positions, x, k_cache, v_cache, meta):
         h, kv, d = self.heads, self.kv_heads, self.head
+        mask, positions32 = meta
         q, k, v = self.qkv_proj(x).split([h * d, kv * d, kv * d], dim=-1)
-        q, k = self.rotary_emb(positions, q, k)
+        q, k = self.rotary_emb(positions32, q, k)
         k_cache.index_copy_(1, positions, k.reshape(-1, kv, d).transpose(0, 1))
         v_cache.index_copy_(1, positions, v.reshape(-1, kv, d).transpose(0, 1))
         return self.o_proj(attention(q, k_cache, v_cache, mask, h, kv, d))
+
+
+def step_meta(positions: torch.Tensor, capacity: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What every layer of a step shares, computed once per step inside the step (so a graph
+    replay recomputes it from the static ``positions``): the attention mask, ``key position <= query
+    position``, repeated for the ``group`` query heads of a KV head (group * M, capacity), and the positions as int32 for the rotary module (the
+    library's kernels take int32; given int64, ``LibraryRotary`` converts once and caches the copy
+    outside any graph, which a replay at new positions would then read stale)."""
+    mask = torch.arange(capacity, device=positions.device)[None, :] <= positions[:, None]
+    return mask.repeat(group, 1), positions.to(torch.int32)
 
 
 class MLP(nn.Module):
@@ -134,12 +145,12 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(s.hidden, eps, dtype, device)
         self.self_attn, self.mlp = Attention(s, dtype, device, max_positions), MLP(s, dtype, device)
 
-    def forward(self, positions, hidden, residual, k_cache, v_cache, mask):
+    def forward(self, positions, hidden, residual, k_cache, v_cache, meta):
         if residual is None:
             residual, hidden = hidden, self.input_layernorm(hidden)
         else:
             hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden, k_cache, v_cache, mask)
+        hidden = self.self_attn(positions, hidden, k_cache, v_cache, meta)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
 
@@ -182,11 +193,11 @@ class DecodeLlama(nn.Module):
 
     def body(self, ids, positions, cache: KVCache, copy: int = 0):
         """The decoder layers of copy ``copy``: (hidden, residual) before the final norm."""
-        mask = torch.arange(self.capacity, device=positions.device)[None, :] <= positions[:, None]
+        meta = step_meta(positions, self.capacity, self.shape.heads // self.shape.kv_heads)
         hidden, residual = self.embed_tokens(ids), None
         for i in range(self.n_layers):
             layer = self.layers[copy * self.n_layers + i]
-            hidden, residual = layer(positions, hidden, residual, cache.k[i], cache.v[i], mask)
+            hidden, residual = layer(positions, hidden, residual, cache.k[i], cache.v[i], meta)
         return hidden, residual
 
     def head(self, hidden, residual):
@@ -251,7 +262,7 @@ def reference_step(model: DecodeLlama, ids, positions, cache32: KVCache, copy: i
     (patched or not: it reads the modules' tensors, not their forwards); ``cache32`` float32."""
     s = model.shape
     h, kv, d = s.heads, s.kv_heads, s.head_dim
-    mask = torch.arange(model.capacity, device=positions.device)[None, :] <= positions[:, None]
+    mask, _ = step_meta(positions, model.capacity, h // kv)
     residual = model.embed_tokens.weight[ids].float()
     for i in range(model.n_layers):
         layer = model.layers[copy * model.n_layers + i]

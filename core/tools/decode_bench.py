@@ -196,8 +196,8 @@ def run(args, say=lambda line: None) -> dict:
     return record
 
 
-def _run_layer(layer, positions, hidden, residual, k_cache, v_cache, mask):
-    return layer(positions, hidden, residual, k_cache, v_cache, mask)
+def _run_layer(layer, positions, hidden, residual, k_cache, v_cache, meta):
+    return layer(positions, hidden, residual, k_cache, v_cache, meta)
 
 
 def _measure(args, model, baseline, cache_a, cache_b, layer_fn, a_label, ks, gpu, steps, tolerance,

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from core.library.decode_model import DecodeLlama, KVCache, reference_step
+from core.library.decode_model import DecodeLlama, KVCache, reference_step, step_meta
 
 
 def capture(fn: Callable[[], Any], warm: int = 2) -> tuple[Any, Any]:
@@ -57,12 +57,12 @@ class Step:
         if self.layer_fn is None:
             return self.model(self.ids, self.positions, self.cache, copy)
         m = self.model
-        mask = torch.arange(m.capacity, device=self.positions.device)[None, :] <= self.positions[:, None]
+        meta = step_meta(self.positions, m.capacity, m.shape.heads // m.shape.kv_heads)
         hidden, residual = m.embed_tokens(self.ids), None
         for i in range(m.n_layers):
             layer = m.layers[copy * m.n_layers + i]
             hidden, residual = self.layer_fn(layer, self.positions, hidden, residual, self.cache.k[i],
-                                             self.cache.v[i], mask)
+                                             self.cache.v[i], meta)
         return m.head(hidden, residual)
 
     def run(self) -> None:
