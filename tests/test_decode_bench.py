@@ -93,3 +93,19 @@ def test_the_patched_rotary_gets_int32_positions_so_a_graph_replay_never_reads_a
     model(torch.tensor([3]), torch.tensor([20]), KVCache(TINY, 2, 64, 20, torch.float32, "cpu"))
     rotaries = [m for m in model.modules() if isinstance(m, LibraryRotary)]
     assert len(rotaries) == 2 and all(r._positions[0] is None for r in rotaries)  # no int64 -> int32 copy cached
+
+
+def test_the_champion_file_names_every_part_the_decode_library_looks_up_but_silu_mul():
+    from core.tools.decode_library import decode_specs, load_champions
+
+    champions = load_champions("benchmarks/suites/cold_recheck_genomes.json", "cuda")
+    from core.library.models import load_model
+
+    parts = {part for _, _, part in decode_specs(load_model("llama-3.1-70b"), 1, "bfloat16", 1e-5, 1088)}
+    assert parts - set(champions) == {"silu_mul_1"}
+    assert all(isinstance(g, dict) for g in champions.values())
+
+
+def test_a_missing_champion_file_is_one_line_and_exit_status_2(tmp_path, capsys):
+    assert main(["decode-bench", "--model", "tiny", "--device", "cpu", "--champions", str(tmp_path / "none.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -116,7 +116,7 @@ def _copies(shape: ModelShape, layers: int, device: torch.device) -> int:
     return max(1, min(64, math.ceil(4 * l2 / (per_layer * layers))))
 
 
-def _library(args, shape, device, dtype_name, capacity, say):
+def _library(args, shape, device, dtype_name, capacity, champions, say):
     """(library or None, what (b) runs, entry origins)."""
     from core.library.manifest import Library
 
@@ -124,22 +124,31 @@ def _library(args, shape, device, dtype_name, capacity, say):
         return Library.load(args.library), f"library {args.library}", []
     if not (args.seed_library or args.champions):
         return None, "native ops (no library): every call misses and runs the native PyTorch path", []
-    from core.tools.decode_library import build_library, decode_specs, load_champions
-    from core.backends import BACKENDS, availability, backend_class
+    from core.tools.decode_library import build_library, decode_specs
+    from core.backends import availability
+
+    backend = _backend(args, device)
+    why = availability(backend)
+    if why:
+        raise ValueError(f"cannot build a {backend} library here: {why}")
+    root = Path(args.library_out or tempfile.mkdtemp(prefix="decode-lib-"))
+    lib, origins = build_library(root, decode_specs(shape, 1, dtype_name, EPS, capacity), backend, root / ".cc",
+                                 champions, say)
+    used = sum(o["genome"] == "champion" for o in origins)
+    source = f"{used} champion genomes of {args.champions}, the rest seeds" if champions is not None \
+        else "the templates' seed genomes"
+    return lib, f"library built at {root} from {source} ({backend}, M=1 entries)", origins
+
+
+def _backend(args, device: torch.device) -> str:
+    """The backend of a built library: ``--backend``, else the first one for the device's kind."""
+    from core.backends import BACKENDS, backend_class
 
     kind = "cpu" if device.type == "cpu" else "gpu"
     backend = args.backend or next(b for b in BACKENDS if backend_class(b).device_kind == kind)
     if backend not in BACKENDS or backend_class(backend).device_kind != kind:
         raise ValueError(f"--backend {backend} does not run on {device} (choose from: {', '.join(BACKENDS)})")
-    why = availability(backend)
-    if why:
-        raise ValueError(f"cannot build a {backend} library here: {why}")
-    root = Path(args.library_out or tempfile.mkdtemp(prefix="decode-lib-"))
-    champions = load_champions(args.champions, backend) if args.champions else None
-    lib, origins = build_library(root, decode_specs(shape, 1, dtype_name, EPS, capacity), backend, root / ".cc",
-                                 champions, say)
-    source = f"champion genomes {args.champions}" if champions is not None else "the templates' seed genomes"
-    return lib, f"library built at {root} from {source} ({backend}, M=1 entries)", origins
+    return backend
 
 
 def run(args, say=lambda line: None) -> dict:
@@ -152,6 +161,11 @@ def run(args, say=lambda line: None) -> dict:
 
     shape, device = _validate(args)
     ks = verify_counts(args.verify)
+    champions = None
+    if args.champions:  # read before the model is built: a bad file costs nothing
+        from core.tools.decode_library import load_champions
+
+        champions = load_champions(args.champions, _backend(args, device))
     gpu = device.type != "cpu"
     layers = args.layers or shape.layers
     dtype = torch.bfloat16 if gpu else torch.float32
@@ -165,7 +179,7 @@ def run(args, say=lambda line: None) -> dict:
     baseline, baseline_linear = int4_baseline(model)
     cache_a = KVCache(shape, layers, capacity, args.context, dtype, device)
     cache_b = KVCache(shape, layers, capacity, args.context, dtype, device)
-    lib, b_label, origins = _library(args, shape, device, dtype_name, capacity, say)
+    lib, b_label, origins = _library(args, shape, device, dtype_name, capacity, champions, say)
     from core.library.manifest import Library
 
     root = Path(lib.root) if lib is not None and lib.root else Path(tempfile.mkdtemp(prefix="decode-verified-"))
