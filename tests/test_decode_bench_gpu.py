@@ -1,0 +1,40 @@
+"""``decode-bench`` on the GPU (skipped without CUDA and the cuda backend; the lead runs it on the H200):
+one Llama-3.1-8B-shaped layer, context 256, (a) torch's int4 kernel under torch.compile and (b) a CUDA C
+library built from the templates' seed genomes, both replayed as CUDA graphs, logits checked."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.backends import availability
+from core.cli_parser import build_parser
+from core.library import ops
+from core.tools.decode_bench import run
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or availability("cuda") is not None,
+                                reason="needs a CUDA GPU and the cuda backend (the lead runs it on the H200)")
+
+
+@pytest.fixture(autouse=True)
+def no_dispatcher_left_active():
+    yield
+    ops.activate(None)
+
+
+def test_one_8b_layer_replays_as_graphs_on_library_kernels_and_its_logits_agree(tmp_path):
+    args = build_parser().parse_args(["decode-bench", "--model", "llama-3.1-8b", "--layers", "1", "--context", "256",
+                                      "--steps", "8", "--rounds", "2", "--iters", "5", "--seed-library",
+                                      "--library-out", str(tmp_path / "lib"), "--verify", "4", "--tolerance", "0.2"])
+    r = run(args)
+    assert not r["refused"], r["refused"]
+    assert r["copies"] > 1  # one 8B layer is ~110 MB of int4: the rotation keeps it off the L2
+    assert "torch._weight_int4pack_mm" in r["a"]["label"] and "torch.compile per layer" in r["a"]["label"]
+    assert {how for op in ("rmsnorm", "rope", "silu_mul") for how in r["dispatch_by_op"][op]} <= {"exact", "nearest",
+                                                                                                 "native"}
+    assert "exact" in r["dispatch_by_op"]["w4a16"]
+    for w in ("a", "b"):
+        lg = r[w]["logits"]
+        assert lg["max_error_over_std"] < 0.1, (w, lg)
+        assert lg["argmax_agree"] == lg["argmax_counted"], (w, lg)
+        assert r[w]["tokens_per_s"] > 0 and r[w]["breakdown"]["top"], (w, r[w]["breakdown"])
+    assert r["verify"][0]["M"] == 5
