@@ -108,11 +108,13 @@ def time_steps(steps: dict[str, Any], device: torch.device, rounds: int = 5, ite
     ``rounds`` rounds of ``iters`` runs each, the steps interleaved within every round (CUDA events
     on a GPU, the wall clock on a CPU)."""
     samples: dict[str, list[float]] = {name: [] for name in steps}
+    wall: dict[str, list[float]] = {name: [] for name in steps}  # the cross-check: host clock around the same runs
     for _ in range(rounds):
         for name, step in steps.items():
             for _ in range(2):
                 step.run()  # warm this step's copies before its timed run
             sync(device)
+            t0 = time.perf_counter()
             if device.type != "cpu":
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -122,12 +124,14 @@ def time_steps(steps: dict[str, Any], device: torch.device, rounds: int = 5, ite
                 end.synchronize()
                 samples[name].append(start.elapsed_time(end) / iters)
             else:
-                t0 = time.perf_counter()
                 for _ in range(iters):
                     step.run()
                 samples[name].append((time.perf_counter() - t0) * 1e3 / iters)
-    return {name: {"ms": statistics.median(v), "ms_min": min(v), "rounds": rounds, "iters": iters}
-            for name, v in samples.items()}
+            wall[name].append((time.perf_counter() - t0) * 1e3 / iters)
+    return {name: {"ms": statistics.median(v), "ms_min": min(v), "ms_max": max(v),
+                   "wall_ms": statistics.median(wall[name]), "rounds": rounds, "iters": iters,
+                   "method": "CUDA events (wall_ms: host clock, the cross-check)" if device.type != "cpu" else
+                   "host clock"} for name, v in samples.items()}
 
 
 KINDS = (("w4a16", ("int4", "w4a16", "gptq", "dequant")), ("attention", ("fmha", "attention", "flash", "softmax", "sdpa")),
