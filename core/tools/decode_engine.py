@@ -134,8 +134,10 @@ def time_steps(steps: dict[str, Any], device: torch.device, rounds: int = 5, ite
                    "host clock"} for name, v in samples.items()}
 
 
-KINDS = (("w4a16", ("int4", "w4a16", "gptq", "dequant")), ("attention", ("fmha", "attention", "flash", "softmax", "sdpa")),
-         ("rmsnorm", ("rms", "norm")), ("rope", ("rope", "rotary")), ("silu_mul", ("silu", "swiglu")),
+KINDS = (("w4a16", ("int4", "tinygemm", "w4a16", "gptq", "dequant")),
+         ("attention", ("fmha", "attention", "flash", "softmax", "sdpa")),
+         ("rmsnorm", ("rms", "rsqrt", "norm")), ("silu_mul", ("silu", "sigmoid", "swiglu")),
+         ("rope", ("rope", "rotary", "cos", "sin", "_cat_")),
          ("bf16 GEMM/GEMV (LM head)", ("gemm", "gemv", "cublas", "cutlass", "xmma", "sm90")),
          ("copies and index writes", ("copy", "index", "cat", "fill", "memcpy", "memset")))
 
