@@ -76,6 +76,8 @@ def test_the_baseline_twin_shares_the_weights_it_does_not_repack():
     (["--verify", "0"], "each K must be from 1 to 15"),
     (["--layers", "3"], "--layers must be from 1 to 2"),
     (["--seed-library", "--library", "x"], "one of --library"),
+    (["--library", "/no/such/library"], "is not a folder"),
+    (["--steps", "0"], "--steps must be from 1"),
 ])
 def test_bad_decode_bench_input_is_one_line_and_exit_status_2(flags, message, capsys):
     assert main(["decode-bench", "--model", "tiny", "--device", "cpu", *flags]) == 2

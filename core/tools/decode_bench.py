@@ -80,10 +80,14 @@ def _validate(args) -> tuple[ModelShape, torch.device]:
     for name in ("rounds", "iters"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1")
+    if args.steps is not None and not 1 <= args.steps <= 100000:
+        raise ValueError("--steps must be from 1 to 100000")
     if args.copies is not None and not 1 <= args.copies <= 256:
         raise ValueError("--copies must be from 1 to 256")
     if sum(x is not None and x is not False for x in (args.library, args.champions, args.seed_library or None)) > 1:
         raise ValueError("give one of --library, --seed-library, --champions")
+    if args.library and not Path(args.library).is_dir():
+        raise ValueError(f"--library {args.library} is not a folder")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type not in TORCH_DEVICES:
         raise ValueError(f"--device must be cuda or cpu, not {args.device}")
