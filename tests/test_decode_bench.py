@@ -46,6 +46,10 @@ def test_without_a_library_b_is_labelled_native_and_every_call_misses(tmp_path):
     assert record["b"]["label"].startswith("native ops (no library)")
     assert {h for calls in record["dispatch_by_op"].values() for h in calls} == {"native"}
     assert record["verify"][0]["M"] == 3 and record["verify"][0]["b"]["ms"] > 0
+    rows = record["verify_projection"]["rows"]
+    assert [(p["K"], p["acceptance_length"]) for p in rows] == [(2, 2), (2, 3)]  # acceptance at most K + 1
+    assert rows[0]["b_tokens_per_s"] == round(2000 / record["verify"][0]["b"]["ms"], 2)
+    assert "projected" in record["verify_projection"]["note"]
     assert record["a"]["logits"]["max_abs_error"] < 1e-3 and record["b"]["logits"]["max_abs_error"] < 1e-3
     assert set(record["b"]["breakdown"]) >= {"by_kind", "top", "source"}
 

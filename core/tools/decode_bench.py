@@ -265,6 +265,12 @@ def _measure(args, model, baseline, cache_a, cache_b, layer_fn, a_label, ks, gpu
                                                   "x_one_token_step": round(tk[w]["ms"] / t[w]["ms"], 4)}
                                               for w in ("a", "b")}})
     rec["verify"] = verify
+    rec["verify_projection"] = {
+        "note": "projected, not measured: no draft model here, its cost excluded; tokens per verify step = the mean "
+                "acceptance length (accepted drafts + the bonus token), at most K + 1",
+        "rows": [{"K": v["K"], "acceptance_length": acc, **{f"{w}_tokens_per_s": round(1000 * acc / v[w]["ms"], 2)
+                                                             for w in ("a", "b")}}
+                 for v in verify for acc in (2, 3, 4) if acc <= v["K"] + 1]}
     rec["a"]["mode"] = a_label
     say(f"checking the logits over {steps} steps")
     rec["b"]["logits"] = check_logits(b1, model, cache_b.like(torch.float32), ctx, steps, tolerance)
@@ -291,6 +297,9 @@ def format_record(r: dict) -> str:
     for v in r["verify"]:
         lines.append(f"verify K={v['K']} (M={v['M']}): (a) {v['a']['x_one_token_step']}x, "
                      f"(b) {v['b']['x_one_token_step']}x a one-token step")
+    for p in r.get("verify_projection", {}).get("rows", []):
+        lines.append(f"  projected K={p['K']}, acceptance {p['acceptance_length']}: (a) {p['a_tokens_per_s']}, "
+                     f"(b) {p['b_tokens_per_s']} tokens/s (no draft model: projected)")
     lines.append("dispatch: " + "; ".join(f"{op} {calls}" for op, calls in r["dispatch_by_op"].items()))
     if r["refused"]:
         lines.append(f"refused entries: {r['refused']}")
