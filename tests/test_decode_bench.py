@@ -115,3 +115,18 @@ def test_the_champion_file_names_every_part_the_decode_library_looks_up_but_silu
 def test_a_missing_champion_file_is_one_line_and_exit_status_2(tmp_path, capsys):
     assert main(["decode-bench", "--model", "tiny", "--device", "cpu", "--champions", str(tmp_path / "none.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_the_baseline_with_each_layer_compiled_matches_the_reference_as_the_position_moves():
+    from core.tools.decode_bench import _run_layer
+    from core.tools.decode_engine import Step, check_logits
+
+    model = DecodeLlama(TINY, 2, capacity=64, dtype=torch.float32).eval()
+    twin, _ = int4_baseline(model)
+    cache = KVCache(TINY, 2, 64, 20, torch.float32, "cpu")
+    try:
+        step = Step(twin, cache, [20], graphs=False, layer_fn=torch.compile(_run_layer, backend="aot_eager"))
+        r = check_logits(step, model, cache.like(torch.float32), 20, 3, 1e-3)
+    finally:
+        torch._dynamo.reset()
+    assert r["max_abs_error"] < 1e-4 and r["argmax_agree"] + r["close_steps_agree"] == 3
