@@ -74,7 +74,7 @@ class LibraryRotary(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.max_positions = int(max_positions)
         self._caches: dict = {}
-        self._positions: tuple = (None, None, None)  # (source tensor, its version, int32 copy)
+        self._positions: tuple = (None, None, None, None)  # (source tensor, its version, capture stream, int32 copy)
 
     def cos_sin_cache(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         key = (dtype, device)
@@ -93,10 +93,15 @@ class LibraryRotary(nn.Module):
         """Positions as int32 (the kernels' type), converted once for all the layers of a step."""
         if positions.dtype == torch.int32 or torch.compiler.is_compiling():
             return positions.to(torch.int32)
-        src, version, copy = self._positions
-        if src is not positions or version != positions._version:
+        # A copy made outside a CUDA graph capture is not refreshed by its replays: under a capture the
+        # conversion is made (and recorded) again, then shared by the layers captured after it on the same
+        # capture stream (torch.cuda.graph captures each graph on a stream of its own by default).
+        capturing = torch.cuda.current_stream().cuda_stream if (
+            positions.is_cuda and torch.cuda.is_current_stream_capturing()) else None
+        src, version, was_capturing, copy = self._positions
+        if src is not positions or version != positions._version or was_capturing != capturing:
             copy = positions.to(torch.int32)
-            self._positions = (positions, positions._version, copy)
+            self._positions = (positions, positions._version, capturing, copy)
         return copy
 
 
