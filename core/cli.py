@@ -379,6 +379,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 COMMANDS["check"] = cmd_check
 COMMANDS["library"] = lambda args: __import__("core.tools.library_cli", fromlist=["cmd_library"]).cmd_library(args)
+COMMANDS.update({n: lambda a, n=n: getattr(__import__(f"core.tools.{n}", fromlist=["_"]), f"cmd_{n}")(a) for n in ("sweep", "replay")})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     from core.tools.library_cli import add_parser as add_library_parser
 
     add_library_parser(sub, DEFAULT_RUNS_DIR)
+    from core.tools import replay, sweep  # python -m core sweep / replay (docs/search.md)
+
+    sweep.add_parser(sub, DEFAULT_RUNS_DIR), replay.add_parser(sub)
     return p
 
 
