@@ -15,6 +15,8 @@ from core.objectives import NAMES, OBJECTIVES, default_weights, objective
 
 SELECTIONS = ("top10", "tournament", "nsga2")
 INITS = ("seeds", "random")
+STRATEGIES = ("ga", "random", "tpe", "cmaes")  # core/search/strategies.py
+EFFORTS = ("", "smoke", "quick", "full")  # core/search/effort.py
 # Configurations written before objectives were data carry these as weight_<name> fields.
 LEGACY_WEIGHT_NAMES = ("time", "memory", "stability")
 
@@ -61,6 +63,10 @@ class RunConfig:
                             "(random genomes only, to compare GA search with random search)", choices=INITS)
     baseline_checks: int = _f(3, "baseline timings per generation, interleaved with the candidates (2 = before and "
                                  "after; 3 = also between the halves, so one burst of load is outvoted)", min=2, max=9)
+    strategy: str = _f("ga", "search strategy: ga (the genetic algorithm), random (random search), tpe or cmaes "
+                             "(Optuna's samplers, pip install optuna; docs/search.md)", choices=STRATEGIES)
+    surrogate: int = _f(0, "GA surrogate filter: breed k x the children, measure only those a random forest trained "
+                           "on the run's evaluations predicts best (0 or 1 = off)", min=0, max=64)
     start_from: str = _f("", "runs (ids in the runs folder, comma-separated) of the same workload and backend whose best "
                              "genomes join generation 0 after the seeds: another shape's champions as a start")
 

@@ -20,6 +20,28 @@ class SpaceError(ValueError):
     """A sub-space or enumeration that cannot be built (one line)."""
 
 
+def workload_space(workload: str, backend: str, problem: dict, device: dict | None = None) -> GeneSpace:
+    """The whole gene space of ``workload`` on ``backend`` for ``problem``. A template that needs its device
+    to build its space gets ``device`` (a stored device record) or, without one, this machine's device."""
+    from core.backends.base import DeviceInfo
+    from core.workloads import get_workload
+
+    w = get_workload(workload)
+    problem = w.validate_problem(dict(problem), backend)
+    if device:
+        return w.template(backend, problem, DeviceInfo.from_dict(device, backend)).gene_space()
+    try:
+        return w.template(backend, problem, None).gene_space()
+    except Exception:  # a template that needs its device to build its space
+        from core.backends import make_backend
+
+        made = make_backend(backend, 0)
+        try:
+            return w.template(backend, problem, made.device).gene_space()
+        finally:
+            made.close()
+
+
 def gene_names(space: GeneSpace) -> list[str]:
     """``group.gene`` of every gene of ``space``, in order."""
     return [f"{group}.{gene.name}" for group, gene in space.genes()]

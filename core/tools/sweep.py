@@ -81,20 +81,10 @@ def plan(args: argparse.Namespace):
 
 
 def full_space(cfg):
-    """The workload's whole gene space for ``cfg``'s backend and problem (no device needed)."""
-    from core.workloads import get_workload
+    """The workload's whole gene space for ``cfg``'s backend and problem."""
+    from core.search.space import workload_space
 
-    workload = get_workload(cfg.workload)
-    try:
-        return workload.template(cfg.backend, cfg.problem, None).gene_space()
-    except Exception:  # a template that needs its device to build its space
-        from core.backends import make_backend
-
-        backend = make_backend(cfg.backend, cfg.device)
-        try:
-            return workload.template(cfg.backend, cfg.problem, backend.device).gene_space()
-        finally:
-            backend.close()
+    return workload_space(cfg.workload, cfg.backend, cfg.problem)
 
 
 def timer_version() -> str:
