@@ -143,6 +143,13 @@ def validate(cfg: RunConfig) -> RunConfig:
     for rid in (s.strip() for s in cfg.start_from.split(",")):  # run ids, never paths (core/run/warm_start.py)
         if rid and not RUN_ID_RE.match(rid):
             raise ConfigError(f"start_from: {rid!r} is not a run id (letters, digits, '-' and '_')")
+    if cfg.strategy in ("tpe", "cmaes"):  # Optuna is optional: say so before anything is written
+        from core.search.optuna_search import require
+
+        try:
+            require(cfg.strategy)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if cfg.elites >= cfg.population:
         raise ConfigError(f"elites ({cfg.elites}) must be fewer than the population ({cfg.population}): "
                           f"raise the population to {cfg.elites + 1} or more, or lower elites")

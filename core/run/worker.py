@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 from core.config import RunConfig
 from core.evaluation.disk_space import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, gib as _gib
-from core.search.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
+from core.search.ga import GAContext, Individual, diversity, rng_from_json, rng_state_to_json, summarise
+from core.search.strategies import steps
 from core.genome import Genome
 from core.search.retiming import baseline_summary, describe
 from core.run.rows import champion_text, individual_row, kernel_rows, known_measures, rebuild_population
@@ -233,6 +234,7 @@ class RunWorker:
 
     def _generations(self, ctx: GAContext, read_control: Callable[[Path], str | None]) -> int:
         cfg = self.config
+        initial_population, step = steps(cfg.strategy)  # the GA, random search or an Optuna sampler
         last = self.writer.last_state()
         t0 = time.monotonic()
         if last is None:

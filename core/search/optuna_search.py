@@ -26,13 +26,18 @@ SEQUENCE_CHOICES = 32
 ASKS_PER_CHILD = 20
 
 
-def require() -> None:
+def require(strategy: str = "tpe") -> None:
     """ValueError (one line) when Optuna (or, for CMA-ES, its ``cmaes`` package) is not installed."""
     try:
         import optuna  # noqa: F401
     except ImportError:
-        raise ValueError("strategy tpe/cmaes needs Optuna: pip install optuna (requirements.txt pins the version "
-                         "tested)") from None
+        raise ValueError(f"strategy {strategy} needs Optuna, an optional dependency: pip install optuna "
+                         "(requirements.txt pins the version tested)") from None
+    if strategy == "cmaes":
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise ValueError("strategy cmaes needs Optuna's CMA-ES package: pip install cmaes") from None
 
 
 def _params(space: GeneSpace, rng: random.Random) -> list[tuple[str, str, str | None, list]]:
@@ -67,10 +72,6 @@ def _study(ctx: GAContext, rng: random.Random):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seed = rng.getrandbits(31)
     if ctx.config.strategy == "cmaes":
-        try:
-            import cmaes  # noqa: F401
-        except ImportError:
-            raise ValueError("strategy cmaes needs the cmaes package: pip install cmaes") from None
         sampler = optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
     else:
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, ctx.config.population))

@@ -34,7 +34,7 @@ def steps(name: str) -> Steps:
     if name in ("tpe", "cmaes"):
         from core.search import optuna_search
 
-        optuna_search.require()
+        optuna_search.require(name)
         return optuna_search.initial_population, optuna_search.step
     raise ValueError(f"unknown strategy {name!r} (choose from: {', '.join(STRATEGIES)})")
 
