@@ -3,8 +3,8 @@
 Every free gene is one Optuna parameter: a choice gene's option index, a map gene's option index per
 key. TPE sees them as categorical; CMA-ES as integers (an option's index, so numeric options keep
 their order). A sequence gene is a categorical over a fixed list of its values drawn once per run
-(its seeds' values first, then up to :data:`SEQUENCE_CHOICES` random ones): Optuna has no
-permutation parameter. A gene with one option is no parameter.
+(its seeds' values first, then random ones up to :data:`SEQUENCE_CHOICES`, drawn from the run's
+seed so that a resumed run gets the same list): Optuna has no permutation parameter. A gene with one option is no parameter.
 
 One generation asks ``population`` trials. A suggestion that breaks the space's constraints is told
 to the study as the worst value and never measured; one whose canonical genome the run already
@@ -76,7 +76,7 @@ def _study(ctx: GAContext, rng: random.Random):
     else:
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, ctx.config.population))
     state["study"] = optuna.create_study(direction="minimize", sampler=sampler)
-    state["params"] = _params(ctx.space, rng)
+    state["params"] = _params(ctx.space, random.Random(ctx.config.seed))  # the same list again on resume
     return state["study"], state["params"]
 
 

@@ -123,6 +123,24 @@ def read_rows(folder: Path) -> list[dict]:
     return rows
 
 
+def compact(folder: Path) -> None:
+    """Merge every part into ``rows-00000.parquet`` (one file for a finished sweep). Safe at any moment:
+    the merged file replaces the first part before the others go, and a genome read twice counts once."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = sorted(Path(folder).glob("rows-*.parquet"))
+    if len(parts) < 2:
+        return
+    rows = read_rows(folder)
+    tmp = parts[0].with_suffix(".tmp")
+    pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in rows], schema=_schema()), tmp,
+                   compression="zstd")
+    os.replace(tmp, parts[0])
+    for part in parts[1:]:
+        part.unlink()
+
+
 def recorded_hashes(folder: Path) -> set[str]:
     return {r["genome_hash"] for r in read_rows(folder)} if Path(folder).is_dir() else set()
 

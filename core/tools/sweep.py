@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from core.search.table import HEADER, read_header, recorded_hashes, row_from_measures, write_header, write_part
+from core.search.table import HEADER, compact, read_header, recorded_hashes, row_from_measures, write_header, write_part
 
 # What a resumed sweep must share with the folder's header.
 IDENTITY = ("workload", "backend", "problem", "vary", "mode", "sample", "seed", "repeats")
@@ -152,7 +152,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             _measure(evaluator, todo, args.repeats, args.part, out, header)
         finally:
             evaluator.close()
-    print(f"recorded {len(recorded_hashes(out))} of {len(genomes)} genomes in {out}", flush=True)
+    recorded = recorded_hashes(out)
+    if all(g.hash in recorded for g in genomes):
+        compact(out)  # finished: one Parquet file
+    print(f"recorded {len(recorded)} of {len(genomes)} genomes in {out}", flush=True)
     return 0
 
 
