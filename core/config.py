@@ -144,12 +144,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         if rid and not RUN_ID_RE.match(rid):
             raise ConfigError(f"start_from: {rid!r} is not a run id (letters, digits, '-' and '_')")
     if cfg.strategy in ("tpe", "cmaes"):  # Optuna is optional: say so before anything is written
-        from core.search.optuna_search import require
-
-        try:
-            require(cfg.strategy)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        _optuna_installed(cfg.strategy)
     if cfg.elites >= cfg.population:
         raise ConfigError(f"elites ({cfg.elites}) must be fewer than the population ({cfg.population}): "
                           f"raise the population to {cfg.elites + 1} or more, or lower elites")
@@ -159,6 +154,21 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"problem: {exc}") from None
     object.__setattr__(cfg, "problem", problem)
     return cfg
+
+
+def _optuna_installed(strategy: str) -> None:
+    """ConfigError (one line) when the optional packages of strategy tpe or cmaes are missing
+    (the same check as :func:`core.search.optuna_search.require`)."""
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"strategy {strategy} needs Optuna, an optional dependency: pip install optuna "
+                          "(requirements.txt pins the version tested)") from None
+    if strategy == "cmaes":
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise ConfigError("strategy cmaes needs Optuna's CMA-ES package: pip install cmaes") from None
 
 
 def validate_weights(raw: Any) -> dict[str, float]:

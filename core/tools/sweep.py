@@ -117,8 +117,8 @@ def _check_resume(out: Path, header: dict) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Measure the planned genomes not yet recorded in ``--out``; exit 0 when every one is recorded."""
-    from core.cli import hold_devices
     from core.cli_parser import UsageError
+    from core.run.device_lock import hold_device
     from core.evaluation.cluster import make_evaluator
     from core.tools.library_entry import toolchain
 
@@ -137,7 +137,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     runs_dir = Path(args.runs_dir)
     options = {} if args.seconds is None else {"timing_target_s": args.seconds}
-    with hold_devices(runs_dir, cfg, f"sweep {out}"):
+    with hold_device(runs_dir, cfg.backend, cfg.device, f"sweep {out}"):  # DeviceBusy (exit 2) when a run holds it
         out.mkdir(parents=True, exist_ok=True)
         evaluator = make_evaluator(cfg, runs_dir / ".cache", log=lambda line: print(line, flush=True),
                                    log_path=out / "sandbox.log", **options)
