@@ -16,7 +16,13 @@ from core.objectives import NAMES, OBJECTIVES, default_weights, objective
 SELECTIONS = ("top10", "tournament", "nsga2")
 INITS = ("seeds", "random")
 STRATEGIES = ("ga", "random", "tpe", "cmaes")  # core/search/strategies.py
-EFFORTS = ("", "smoke", "quick", "full")  # core/search/effort.py
+EFFORTS = ("", "smoke", "quick", "full")
+# --effort: settings a preset gives where neither --config nor a flag gives them (docs/search.md)
+EFFORT_PRESETS = {
+    "smoke": {"population": 4, "elites": 1, "generations": 2, "stability_launches": 3, "baseline_checks": 2},
+    "quick": {"population": 8, "elites": 2, "generations": 6, "stability_launches": 10},
+    "full": {"population": 32, "elites": 2, "generations": 40, "stability_launches": 20},
+}
 # Configurations written before objectives were data carry these as weight_<name> fields.
 LEGACY_WEIGHT_NAMES = ("time", "memory", "stability")
 
@@ -67,6 +73,8 @@ class RunConfig:
                              "(Optuna's samplers, pip install optuna; docs/search.md)", choices=STRATEGIES)
     surrogate: int = _f(0, "GA surrogate filter: breed k x the children, measure only those a random forest trained "
                            "on the run's evaluations predicts best (0 or 1 = off)", min=0, max=64)
+    effort: str = _f("", "preset of population, generations, elites and stability launches: smoke (does it work at "
+                         "all), quick or full; settings given explicitly win (empty: no preset)", choices=EFFORTS)
     start_from: str = _f("", "runs (ids in the runs folder, comma-separated) of the same workload and backend whose best "
                              "genomes join generation 0 after the seeds: another shape's champions as a start")
 
@@ -81,6 +89,8 @@ class RunConfig:
         ``weight_memory``, ``weight_stability``) are read into :attr:`weights`.
         """
         raw = _upgrade_legacy_weights(raw)
+        if isinstance(raw.get("effort"), str):  # the preset fills what the settings leave out
+            raw = {**EFFORT_PRESETS.get(raw["effort"], {}), **raw}
         known = {f.name for f in fields(cls)}
         unknown = set(raw) - known
         if unknown:

@@ -99,3 +99,13 @@ def test_the_surrogate_breeds_k_times_and_measures_one_generation_only(toy_space
         pop = step(pop, ctx, rng)
     assert len(measured) == 6 + 3 * 5  # generation 0, then population - elites a generation, not 4 x
     assert ctx.strategy_state["surrogate"]["seen"]
+
+
+def test_an_effort_preset_fills_only_the_settings_not_given():
+    smoke = RunConfig.from_dict({"effort": "smoke"})
+    assert (smoke.population, smoke.generations, smoke.elites, smoke.stability_launches) == (4, 2, 1, 3)
+    full = RunConfig.from_dict({"effort": "full", "population": 10})
+    assert (full.population, full.generations) == (10, 40)
+    assert RunConfig.from_dict({}).population == 16  # no preset: the defaults
+    with pytest.raises(ConfigError, match="effort must be one of"):
+        RunConfig.from_dict({"effort": "huge"})
