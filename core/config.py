@@ -63,6 +63,9 @@ class RunConfig:
     stability_launches: int = _f(20, "repeated launches for the stability test", min=2, max=100_000)
     timeout_s: float = _f(30.0, "seconds one candidate may take before it is killed as an endless loop", min=1.0,
                           max=86_400.0)
+    tail_timeout: float = _f(0.0, "per-candidate timeout at k x the running median sandbox time of the run's ok "
+                                  "candidates (after 8 of them; at least 5 s, at most --timeout-s); 0 = off",
+                             min=0.0, max=10_000.0)
     compile_workers: int = _f(0, "parallel compiles (0 = one per CPU core)", min=0, max=256)
     problem: dict = field(default_factory=dict, metadata={"help": "problem sizes, e.g. {\"m\": 512} (workload defaults fill the rest)"})
     init: str = _f("seeds", "initial population: seeds (the hand-written seed genomes, then random ones) or random "
