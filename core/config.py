@@ -66,6 +66,9 @@ class RunConfig:
     tail_timeout: float = _f(0.0, "per-candidate timeout at k x the running median sandbox time of the run's ok "
                                   "candidates (after 8 of them; at least 5 s, at most --timeout-s); 0 = off",
                              min=0.0, max=10_000.0)
+    timing_cache: int = _f(0, "1: reuse the measurement of a genome an earlier run measured on the same device, "
+                              "toolchain, problem and timer (<runs>/.cache/timings; docs/search.md); 0: measure every "
+                              "genome", min=0, max=1)
     compile_workers: int = _f(0, "parallel compiles (0 = one per CPU core)", min=0, max=256)
     problem: dict = field(default_factory=dict, metadata={"help": "problem sizes, e.g. {\"m\": 512} (workload defaults fill the rest)"})
     init: str = _f("seeds", "initial population: seeds (the hand-written seed genomes, then random ones) or random "

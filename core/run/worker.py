@@ -126,7 +126,13 @@ class RunWorker:
                 self.heartbeat(phase="timing the baseline")
                 return pending.pop() if pending else evaluator.remeasure_baselines()
 
-            ctx = GAContext(self.config, evaluator.template.gene_space(), measured, self._counting(evaluator.evaluate),
+            evaluate = self._counting(evaluator.evaluate)
+            if self.config.timing_cache:  # genomes measured by earlier runs on this device are not measured again
+                from core.search.timing_cache import TimingCache, cached, identity
+
+                cache = TimingCache(self.runs_dir / ".cache" / "timings", identity(self.config, measured.get("device") or {}))
+                evaluate = cached(evaluate, cache, self.log)
+            ctx = GAContext(self.config, evaluator.template.gene_space(), measured, evaluate,
                             known=known_measures(self.writer),
                             retime=self._retiming(evaluator.evaluate),
                             remeasure=remeasure, log=self.log,

@@ -10,7 +10,6 @@ the same command again resumes, measuring only the genomes not yet recorded.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shlex
 import sys
@@ -46,6 +45,7 @@ def plan(args: argparse.Namespace):
     from core.cli_parser import UsageError
     from core.config import RunConfig
     from core.search.space import SpaceError, enumerate_space, has_sequence, sample_space, subspace
+    from core.search.timing_cache import timer_version
 
     for name, lo, hi in (("sample", 0, 10_000_000), ("repeats", 1, 100), ("part", 1, 100_000), ("limit", 0, 10_000_000)):
         if not lo <= getattr(args, name) <= hi:
@@ -85,20 +85,6 @@ def full_space(cfg):
     from core.search.space import workload_space
 
     return workload_space(cfg.workload, cfg.backend, cfg.problem)
-
-
-def timer_version() -> str:
-    """The timing code's version: its ``TIMER_VERSION`` if it declares one, else a hash of the sources
-    that time a kernel (timing and protocol), so tables timed by different code never mix."""
-    from core.evaluation import protocol, timing
-
-    declared = getattr(timing, "TIMER_VERSION", None)
-    if declared:
-        return str(declared)
-    h = hashlib.sha256()
-    for mod in (timing, protocol):
-        h.update(Path(mod.__file__).read_bytes())
-    return "src-" + h.hexdigest()[:12]
 
 
 def _check_resume(out: Path, header: dict) -> None:
