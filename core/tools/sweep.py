@@ -10,6 +10,7 @@ the same command again resumes, measuring only the genomes not yet recorded.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import sys
@@ -34,6 +35,8 @@ def add_parser(sub, default_runs_dir: str) -> None:
     p.add_argument("--repeats", type=int, default=3, help="measurements of each genome (its time samples)")
     p.add_argument("--out", required=True, help="the sweep folder (created; the same command resumes it)")
     p.add_argument("--device", type=int, default=0, help="device index for the backend")
+    p.add_argument("--devices", default="", help="spread the genomes over these devices (0,1,... or all), as a run "
+                                                 "does; times are scaled to the first device's")
     p.add_argument("--seconds", type=float, default=None, help="timed repetitions per kernel, in seconds")
     p.add_argument("--part", type=int, default=16, help="genomes per Parquet part (what an interruption can lose)")
     p.add_argument("--limit", type=int, default=0, help="stop after measuring this many genomes (0: all)")
@@ -57,7 +60,8 @@ def plan(args: argparse.Namespace):
     except json.JSONDecodeError as exc:
         raise UsageError(f"--problem is not valid JSON: {exc.msg}") from None
     cfg = RunConfig.from_dict({"workload": args.workload, "backend": args.backend, "problem": problem,
-                               "device": args.device, "init": "random", "population": 2, "elites": 0})
+                               "device": args.device, "devices": args.devices, "init": "random", "population": 2,
+                               "elites": 0})
     space = full_space(cfg)
     vary = [v.strip() for v in args.vary.split(",") if v.strip()]
     try:
@@ -104,7 +108,6 @@ def _check_resume(out: Path, header: dict) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Measure the planned genomes not yet recorded in ``--out``; exit 0 when every one is recorded."""
     from core.cli_parser import UsageError
-    from core.run.device_lock import hold_device
     from core.evaluation.cluster import make_evaluator
     from core.tools.library_entry import toolchain
 
@@ -123,7 +126,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     runs_dir = Path(args.runs_dir)
     options = {} if args.seconds is None else {"timing_target_s": args.seconds}
-    with hold_device(runs_dir, cfg.backend, cfg.device, f"sweep {out}"):  # DeviceBusy (exit 2) when a run holds it
+    with _hold(runs_dir, cfg, f"sweep {out}"):  # DeviceBusy (exit 2) when a run holds one
         out.mkdir(parents=True, exist_ok=True)
         evaluator = make_evaluator(cfg, runs_dir / ".cache", log=lambda line: print(line, flush=True),
                                    log_path=out / "sandbox.log", **options)
@@ -143,6 +146,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         compact(out)  # finished: one Parquet file
     print(f"recorded {len(recorded)} of {len(genomes)} genomes in {out}", flush=True)
     return 0
+
+
+@contextlib.contextmanager
+def _hold(runs_dir: Path, cfg, holder: str):
+    """The device lock of every device the sweep measures on (UsageError for a device not here)."""
+    from core.backends import backend_class
+    from core.cli_parser import UsageError
+    from core.evaluation import devices
+    from core.run.device_lock import hold_device
+
+    cls = backend_class(cfg.backend)
+    try:
+        slots = devices.plan(cls.device_kind, cfg.backend, cfg.devices, cfg.device, len(cls.devices()))
+    except devices.DevicesError as exc:
+        raise UsageError(str(exc)) from None
+    with contextlib.ExitStack() as stack:
+        for index in sorted({slot.index for slot in slots}):
+            stack.enter_context(hold_device(runs_dir, cfg.backend, index, holder))
+        yield
 
 
 def _measure(evaluator, todo, repeats: int, part: int, out: Path, header: dict) -> None:
