@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import sys
@@ -378,8 +379,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 COMMANDS["check"] = cmd_check
-COMMANDS["decode-bench"] = lambda args: __import__("core.tools.decode_bench", fromlist=["cmd"]).cmd(args)
-COMMANDS["library"] = lambda args: __import__("core.tools.library_cli", fromlist=["cmd_library"]).cmd_library(args)
+# Commands whose handler lives in core/tools, imported only when one of them runs.
+TOOL_COMMANDS = {"decode-bench": "decode_bench:cmd", "library": "library_cli:cmd_library", "sweep": "sweep:cmd_sweep",
+                 "replay": "replay:cmd_replay"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -388,6 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         args = build_parser().parse_args(argv)
+        if args.command in TOOL_COMMANDS:
+            module, name = TOOL_COMMANDS[args.command].split(":")
+            return getattr(importlib.import_module(f"core.tools.{module}"), name)(args)
         return COMMANDS[args.command](args)
     except (UsageError, ConfigError, BackendUnavailable, StoreError, ValueError, FileExistsError) as exc:
         print(f"abebot: error: {exc}", file=sys.stderr)

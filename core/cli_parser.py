@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_library_parser(sub, DEFAULT_RUNS_DIR)
     __import__("core.tools.decode_bench", fromlist=["add_parser"]).add_parser(sub)
+    from core.tools import replay, sweep  # python -m core sweep / replay (docs/search.md)
+
+    sweep.add_parser(sub, DEFAULT_RUNS_DIR), replay.add_parser(sub)
     return p
 
 

@@ -15,6 +15,14 @@ from core.objectives import NAMES, OBJECTIVES, default_weights, objective
 
 SELECTIONS = ("top10", "tournament", "nsga2")
 INITS = ("seeds", "random")
+STRATEGIES = ("ga", "random", "tpe", "cmaes")  # core/search/strategies.py
+EFFORTS = ("", "smoke", "quick", "full")
+# --effort: settings a preset gives where neither --config nor a flag gives them (docs/search.md)
+EFFORT_PRESETS = {
+    "smoke": {"population": 4, "elites": 1, "generations": 2, "stability_launches": 3, "baseline_checks": 2},
+    "quick": {"population": 8, "elites": 2, "generations": 6, "stability_launches": 10},
+    "full": {"population": 32, "elites": 2, "generations": 40, "stability_launches": 20},
+}
 # Configurations written before objectives were data carry these as weight_<name> fields.
 LEGACY_WEIGHT_NAMES = ("time", "memory", "stability")
 
@@ -55,12 +63,24 @@ class RunConfig:
     stability_launches: int = _f(20, "repeated launches for the stability test", min=2, max=100_000)
     timeout_s: float = _f(30.0, "seconds one candidate may take before it is killed as an endless loop", min=1.0,
                           max=86_400.0)
+    tail_timeout: float = _f(0.0, "per-candidate timeout at k x the running median sandbox time of the run's ok "
+                                  "candidates (after 8 of them; at least 5 s, at most --timeout-s); 0 = off",
+                             min=0.0, max=10_000.0)
+    timing_cache: int = _f(0, "1: reuse the measurement of a genome an earlier run measured on the same device, "
+                              "toolchain, problem and timer (<runs>/.cache/timings; docs/search.md); 0: measure every "
+                              "genome", min=0, max=1)
     compile_workers: int = _f(0, "parallel compiles (0 = one per CPU core)", min=0, max=256)
     problem: dict = field(default_factory=dict, metadata={"help": "problem sizes, e.g. {\"m\": 512} (workload defaults fill the rest)"})
     init: str = _f("seeds", "initial population: seeds (the hand-written seed genomes, then random ones) or random "
                             "(random genomes only, to compare GA search with random search)", choices=INITS)
     baseline_checks: int = _f(3, "baseline timings per generation, interleaved with the candidates (2 = before and "
                                  "after; 3 = also between the halves, so one burst of load is outvoted)", min=2, max=9)
+    strategy: str = _f("ga", "search strategy: ga (the genetic algorithm), random (random search), tpe or cmaes "
+                             "(Optuna's samplers, pip install optuna; docs/search.md)", choices=STRATEGIES)
+    surrogate: int = _f(0, "GA surrogate filter: breed k x the children, measure only those a random forest trained "
+                           "on the run's evaluations predicts best (0 or 1 = off)", min=0, max=64)
+    effort: str = _f("", "preset of population, generations, elites and stability launches: smoke (does it work at "
+                         "all), quick or full; settings given explicitly win (empty: no preset)", choices=EFFORTS)
     start_from: str = _f("", "runs (ids in the runs folder, comma-separated) of the same workload and backend whose best "
                              "genomes join generation 0 after the seeds: another shape's champions as a start")
 
@@ -75,6 +95,8 @@ class RunConfig:
         ``weight_memory``, ``weight_stability``) are read into :attr:`weights`.
         """
         raw = _upgrade_legacy_weights(raw)
+        if isinstance(raw.get("effort"), str):  # the preset fills what the settings leave out
+            raw = {**EFFORT_PRESETS.get(raw["effort"], {}), **raw}
         known = {f.name for f in fields(cls)}
         unknown = set(raw) - known
         if unknown:
@@ -137,6 +159,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     for rid in (s.strip() for s in cfg.start_from.split(",")):  # run ids, never paths (core/run/warm_start.py)
         if rid and not RUN_ID_RE.match(rid):
             raise ConfigError(f"start_from: {rid!r} is not a run id (letters, digits, '-' and '_')")
+    if cfg.strategy in ("tpe", "cmaes"):  # Optuna is optional: say so before anything is written
+        _optuna_installed(cfg.strategy)
     if cfg.elites >= cfg.population:
         raise ConfigError(f"elites ({cfg.elites}) must be fewer than the population ({cfg.population}): "
                           f"raise the population to {cfg.elites + 1} or more, or lower elites")
@@ -146,6 +170,21 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"problem: {exc}") from None
     object.__setattr__(cfg, "problem", problem)
     return cfg
+
+
+def _optuna_installed(strategy: str) -> None:
+    """ConfigError (one line) when the optional packages of strategy tpe or cmaes are missing
+    (the same check as :func:`core.search.optuna_search.require`)."""
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"strategy {strategy} needs Optuna, an optional dependency: pip install optuna "
+                          "(requirements.txt pins the version tested)") from None
+    if strategy == "cmaes":
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise ConfigError("strategy cmaes needs Optuna's CMA-ES package: pip install cmaes") from None
 
 
 def validate_weights(raw: Any) -> dict[str, float]:

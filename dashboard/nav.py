@@ -21,6 +21,7 @@ PAGES = (  # (file, title, icon, url path)
     ("pages/check.py", "Check a kernel", ":material/fact_check:", "check"),
     ("pages/export.py", "Export", ":material/package_2:", "export"),
     ("pages/library.py", "Library", ":material/library_books:", "library"),
+    ("pages/replay.py", "Replay", ":material/replay:", "replay"),
     ("pages/runs.py", "Runs", ":material/folder_open:", "runs"),
 )
 

@@ -3,8 +3,7 @@
 It renders genomes, rejects kernels whose static resource estimate exceeds the device (immediate
 death, as the seed says), compiles the rest in a thread pool (cached by the backend's
 ``cache_key``: identical sources compile and measure once), and sends each compiled artifact to a
-sandboxed evaluator process (:mod:`core.evaluation.protocol`) through the :class:`SandboxPool`.
-"""
+sandboxed evaluator process (:mod:`core.evaluation.protocol`) through the :class:`SandboxPool`."""
 from __future__ import annotations
 
 import math
@@ -23,6 +22,7 @@ from core.config import RunConfig
 from core.evaluation import devices
 from core.evaluation.aot import workload_launches
 from core.evaluation.pool import SandboxPool
+from core.evaluation.tail_timeout import TailTimeout
 from core.evaluation.record import SANDBOX_MEASURES, Evaluation, first_error_line, one_line, trim_log
 from core.evaluation.twins import Twin
 from core.evaluation.timing import TIMING_TARGET_S
@@ -41,8 +41,7 @@ class Evaluator:
     runs); kernels are compiled into ``<cache_dir>/<backend>/``. ``log_path`` receives the sandbox
     process's output (the run folder's ``sandbox.log``; by default a file in the temp directory).
     ``log`` gets one line per noteworthy event (baseline, crashes, timeouts); ``progress(done,
-    total)`` is called after each candidate of a batch is measured.
-    """
+    total)`` is called after each candidate of a batch is measured."""
 
     def __init__(self, config: RunConfig, cache_dir: Path, log: Callable[[str], None] = print,
                  log_path: Path | str | None = None, timing_target_s: float = TIMING_TARGET_S,
@@ -77,6 +76,7 @@ class Evaluator:
         # Told why when a compile waits for disk space, and None once compiles go on (the worker shows
         # the run paused meanwhile); called from compile threads.
         self.on_disk_full: Callable[[str | None], None] = lambda why: None
+        self.tail = TailTimeout(config.tail_timeout, config.timeout_s)  # --tail-timeout k (running median)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> dict:
@@ -364,7 +364,7 @@ class Evaluator:
         slot = slot or self.sandbox.labels[0]
         box = self.sandbox.sandboxes[slot]
         t0, restarts = time.perf_counter(), box.restarts
-        reply = self.sandbox.call({"op": "evaluate", "artifact": artifact, "seed": seed}, slot)
+        reply = self.sandbox.call({"op": "evaluate", "artifact": artifact, "seed": seed}, slot, self.tail.limit())
         if box.restarts != restarts:
             self.log(f"candidate {key[:12]} on {slot}: {reply.get('status')} ({reply.get('cause', '')}); sandbox restarted")
         ev = _record(key, kernel, reply.get("status", "crashed"), reply.get("cause", ""),
@@ -382,7 +382,7 @@ class Evaluator:
             ev.time_spread_us = ev.time_spread_us * scale if ev.time_spread_us is not None else None
         ev.shape_errors = list(reply.get("shape_errors") or [])
         ev.phases = {"compile": compile_s, **{k: float(v) for k, v in (reply.get("stages_s") or {}).items()}}
-        return ev
+        return self.tail.observe(ev.status, ev.eval_s) or ev
 
 
 def _lower_priority() -> None:

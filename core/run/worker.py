@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 from core.config import RunConfig
 from core.evaluation.disk_space import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, gib as _gib
-from core.search.ga import GAContext, Individual, diversity, initial_population, rng_from_json, rng_state_to_json, step, summarise
+from core.search.ga import GAContext, Individual, diversity, rng_from_json, rng_state_to_json, summarise
+from core.search.strategies import steps
 from core.genome import Genome
 from core.search.retiming import baseline_summary, describe
 from core.run.rows import champion_text, individual_row, kernel_rows, known_measures, rebuild_population
@@ -125,7 +126,13 @@ class RunWorker:
                 self.heartbeat(phase="timing the baseline")
                 return pending.pop() if pending else evaluator.remeasure_baselines()
 
-            ctx = GAContext(self.config, evaluator.template.gene_space(), measured, self._counting(evaluator.evaluate),
+            evaluate = self._counting(evaluator.evaluate)
+            if self.config.timing_cache:  # genomes measured by earlier runs on this device are not measured again
+                from core.search.timing_cache import TimingCache, cached, identity
+
+                cache = TimingCache(self.runs_dir / ".cache" / "timings", identity(self.config, measured.get("device") or {}))
+                evaluate = cached(evaluate, cache, self.log)
+            ctx = GAContext(self.config, evaluator.template.gene_space(), measured, evaluate,
                             known=known_measures(self.writer),
                             retime=self._retiming(evaluator.evaluate),
                             remeasure=remeasure, log=self.log,
@@ -233,6 +240,7 @@ class RunWorker:
 
     def _generations(self, ctx: GAContext, read_control: Callable[[Path], str | None]) -> int:
         cfg = self.config
+        initial_population, step = steps(cfg.strategy)  # the GA, random search or an Optuna sampler
         last = self.writer.last_state()
         t0 = time.monotonic()
         if last is None:

@@ -80,6 +80,7 @@ class GAContext:
     # generation measured (a resumed run reloads it from the store's generations table)
     baseline_times: list[float] = field(default_factory=list)
     start: list[Genome] = field(default_factory=list)  # earlier runs' best (core.run.warm_start), after the seeds
+    strategy_state: dict = field(default_factory=dict)  # what a non-GA strategy keeps between steps (core.search.strategies)
 
 
 def initial_population(ctx: GAContext, rng: random.Random) -> list[Individual]:
@@ -112,10 +113,14 @@ def step(population: list[Individual], ctx: GAContext, rng: random.Random) -> li
     pick = _selector(population, cfg, rng)
     n_children = cfg.population if cfg.selection == "nsga2" else cfg.population - len(elites)
     children: list[Individual] = []
-    for _ in range(n_children):
+    for _ in range(n_children * max(1, cfg.surrogate)):  # surrogate k: breed k x, measure the predicted best
         child = _breed(pick, ctx, rng, taken)
         taken.add(child.hash)
         children.append(child)
+    if len(children) > n_children:
+        from core.search.surrogate import choose
+
+        children = choose(children, n_children, population, ctx, rng)
     if cfg.selection == "nsga2":  # every parent competes again, rescored; the elites among them re-timed
         carried = [Individual(p.genome, "elite", (p.hash,)) for p in population]
         scored = _evaluate_and_score(children + carried, ctx, retime=[c for c in carried if c.hash in elite_hashes])
@@ -222,6 +227,9 @@ def _evaluate_and_score(pop: list[Individual], ctx: GAContext, retime: Sequence[
             ind.reused = ind.hash not in new and not ind.remeasured
             ind.measure = ctx.known[ind.hash]
     return _score(pop, ctx)
+
+
+evaluate_and_score = _evaluate_and_score  # what other strategies (core.search.strategies) measure and score with
 
 
 def _score(pop: list[Individual], ctx: GAContext) -> list[Individual]:
