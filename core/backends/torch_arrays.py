@@ -59,6 +59,17 @@ class TorchArrays(Arrays):
     def clone(self, x):
         return x.clone()
 
+    shared: Any = None  # (numpy's allocation hook; CUDA tensors are shared as they are)
+
+    def describe(self, x):
+        """The CUDA IPC descriptor the launcher rebuilds ``x`` from (issue 35: core.evaluation.shared_buffers)."""
+        if not self.on_gpu:
+            return None
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        rebuild, args = reduce_tensor(x)
+        return ("cuda", rebuild, args)
+
     def same_bits(self, a, b):
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
