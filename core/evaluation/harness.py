@@ -88,7 +88,8 @@ class Harness:
     def make_case(self, shape: dict, seed: int, mirror: bool = False) -> Case:
         """Fresh random inputs for ``shape``, poisoned outputs in guard zones, the reference.
         ``mirror`` (a judge's timing case): shared copies of the pristine inputs and the reference
-        too, which the launcher's launch checks read (the judge checks against its own)."""
+        too, which the launcher's launch checks read (the judge checks against its own); the
+        declared weights' pristine copies are shared for every case of a judge (a repack reads them)."""
         a = self.arrays
         gen = a.generator(seed)
         case = Case(shape=dict(shape), token=Token())
@@ -105,10 +106,11 @@ class Harness:
                     case.data[t.name] = a.clone(case.pristine[t.name])
         refs = {name: a.float64(x) for name, x in case.pristine.items()}
         case.expected = self.workload.reference(a.xp, refs, self.problem)
-        if mirror and self.share:
+        if self.share and (mirror or self.weights):  # (a repack reads the weights' pristine copies)
             with self._allocating():
-                case.mirror = {part: {n: a.clone(x) for n, x in getattr(case, part).items()}
-                               for part in ("pristine", "expected")}
+                case.mirror = {"pristine": {n: a.clone(x) for n, x in case.pristine.items() if mirror or n in self.weights}}
+                if mirror:
+                    case.mirror["expected"] = {n: a.clone(x) for n, x in case.expected.items()}
         return case
 
     def refill(self, case: Case, seed: int) -> Case:

@@ -57,14 +57,16 @@ class LauncherServer:
         self.cases: dict[int, Case] = {}
         self.kernel: Any = None
         self.artifact: Any = None
+        self.dying: tuple[list, list] = ([], [])  # blocks and cases the judge let go, dropped at the next load
 
     # -- requests --------------------------------------------------------------------------------
     def handle(self, request: dict, fds: list[int] = ()) -> dict:
         """Take in the request's new buffers and cases, run its op; errors come back as a reply."""
         self.attached.receive(request.get("blocks", []), list(fds))
-        self.attached.drop(request.get("dead", []))
-        for uid in request.get("drop_cases", []):
-            self.cases.pop(uid, None)
+        # What the judge let go stays mapped until the next kernel is loaded: a kernel that kept a pointer to
+        # an earlier case's buffer reads what is left there (and fails its checks), as it did in one process.
+        self.dying[0].extend(request.get("dead", []))
+        self.dying[1].extend(request.get("drop_cases", []))
         for uid, layout in request.get("layouts", {}).items():
             self.cases[uid] = self._case(layout)
         op = request.get("op")
@@ -98,6 +100,11 @@ class LauncherServer:
             case.packed.clear()
             case.packed_pristine.clear()
         self.kernel, self.artifact = None, None
+        blocks, uids = self.dying
+        for uid in uids:
+            self.cases.pop(uid, None)
+        self.attached.drop(blocks)
+        self.dying = ([], [])
         self.kernel = self.runtime.load(request["artifact"])
         self.artifact = request["artifact"]
         return {"status": "ok", "resources": dict(getattr(self.kernel, "resources", None) or {})}
@@ -235,7 +242,12 @@ def launcher_main(sock: Any, spec: dict, settings: dict) -> None:
         if request.get("op") == "exit":
             return
         rearm_cpu_time(limits)
-        send_reply(sock, server.handle(request, fds))
+        try:
+            reply = server.handle(request, fds)
+        except Exception as exc:  # the server's own fault: said in the reply, the process serves on
+            traceback.print_exc()
+            reply = {"status": "error", "type": type(exc).__name__, "cause": str(exc)}
+        send_reply(sock, reply)
 
 
 def drop_privileges() -> str:
