@@ -112,7 +112,8 @@ def test_every_workload_takes_a_cache_policy_and_refuses_a_wrong_one(name):
 def test_cold_evicts_every_buffer_of_the_case_before_each_timed_launch_of_kernel_and_baseline(tmp_path):
     from core.evaluation.protocol import Protocol
 
-    spec = {"backend": "c", "workload": "gemm", "problem": {"m": 32, "n": 32, "k": 32}, "timing_target_s": 0.02}
+    spec = {"backend": "c", "workload": "gemm", "problem": {"m": 32, "n": 32, "k": 32}, "timing_target_s": 0.02,
+            "launcher": "inline"}  # the launcher's timing loops in this process, on proto.runtime
     for policy, evicts in (("cold", True), ("hot", False)):
         proto = Protocol({**spec, "problem": get_workload("gemm").validate_problem({**spec["problem"], "cache": policy}, "c")})
         seen: list[int] = []

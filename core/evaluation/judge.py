@@ -60,6 +60,8 @@ class LauncherClient:
         self.sock: socket.socket | None = None
         self.own: frozenset[int] = frozenset()  # the judge's descendants when the launcher was ready
         self.pid = os.getpid()
+        self.sent_cases: set[int] = set()
+        self.dead_cases: list[int] = []
         if inline:
             from core.evaluation.launcher import LauncherServer
 
@@ -241,8 +243,10 @@ def final_state(harness: Any, cases: list, last: dict) -> CheckResult:
         if str(ci) not in last:
             return CheckResult(False, "suspect", detail=f"no timed launch reported on case {ci + 1}")
         row = last[str(ci)]
+        n = int(case.shape.get(key, 1)) if key else 1
+        if row is None and n >= 2:  # the launch checks permute whatever has two rows or more
+            return CheckResult(False, "suspect", detail=f"case {ci + 1}: no permutation reported")
         if row is not None:
-            n = int(case.shape.get(key, 0)) if key else 0
             if sorted(int(v) for v in row) != list(range(n)):
                 return CheckResult(False, "suspect", detail=f"case {ci + 1}: the reported permutation is not one")
             row = a.index_table([row])[0]

@@ -110,7 +110,7 @@ class Attached:
         if d[0] == "fd":
             _, block, offset, shape, dtype = d
             return np.ndarray(shape, dtype=np.dtype(dtype), buffer=self.maps[block], offset=offset)
-        if d[0] == "cuda":
+        if d[0] == "ipc":  # a CUDA tensor, by CUDA IPC
             rebuild, args = d[1], d[2]
             return rebuild(*args)
         raise ValueError(f"unknown buffer descriptor {d[0]!r}")
