@@ -76,6 +76,13 @@ def test_a_kernel_patching_the_launcher_it_is_loaded_in_is_not_ok(fresh_rmsnorm,
     assert r["status"] == status and not r["ok"], verdict(r)
 
 
+def test_the_kernels_process_can_neither_open_the_judges_memory_nor_ptrace_it(rmsnorm):
+    """The judge is not dumpable and the launcher holds no capability: even as root, a kernel cannot
+    write the judge's memory (the cheat writes zeros if it could, so ``ok`` means it could not)."""
+    r = cheat(rmsnorm, "rmsnorm_open_judge_memory")
+    assert r["ok"], verdict(r)
+
+
 def test_an_honest_kernel_still_checks_ok_through_the_judge(rmsnorm):
     r = rmsnorm.check(rmsnorm.seed.source)
     assert r["ok"] and r["speedup"] > 0, verdict(r)

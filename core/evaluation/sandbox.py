@@ -325,6 +325,7 @@ def _isolate(log_path: str, spec: dict | None = None) -> str | None:
     except OSError:
         pass
     become_subreaper()  # orphans of its kernels' processes come back to it, to be swept
+    _undumpable()  # its launcher, which runs the kernels, can neither ptrace it nor open its memory
     limits = dict((spec or {}).get("limits") or {})
     _set_limit("RLIMIT_CORE", 0)  # a crashing kernel must not dump a core per candidate
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -354,6 +355,18 @@ def _isolate(log_path: str, spec: dict | None = None) -> str | None:
     print(f"[sandbox {os.getpid()}] started {time.strftime('%Y-%m-%d %H:%M:%S')} in {workdir or os.getcwd()}"
           + (f"; limits: {', '.join(applied)}" if applied else ""), flush=True)
     return workdir
+
+
+def _undumpable() -> bool:
+    """``prctl(PR_SET_DUMPABLE, 0)``: a process of the same user without CAP_SYS_PTRACE (the launcher drops
+    it, :func:`core.evaluation.launcher.drop_privileges`) can no longer ptrace this one or open its
+    ``/proc/<pid>/mem``. The launcher, started by ``exec``, is dumpable again (its own parent may watch it)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _exit_with_parent(parent: int) -> None:
