@@ -83,6 +83,17 @@ def test_the_kernels_process_can_neither_open_the_judges_memory_nor_ptrace_it(rm
     assert r["ok"], verdict(r)
 
 
+def test_a_launcher_killed_by_sigkill_is_retried_once_then_crashed_as_a_sandbox_was(rmsnorm):
+    """A kill the launcher's own limits never send reads as one from outside (the OOM killer): the request
+    goes once more to a fresh sandbox, and only a second such death is the candidate's."""
+    source = ("#include <signal.h>\n#include <unistd.h>\n"
+              "void abebot_rmsnorm(const float *x, const float *w, float *residual, float *out, int rows, int cols,"
+              " float eps) { kill(getpid(), SIGKILL); }\n")
+    r = rmsnorm.check(source)
+    assert r["status"] == "crashed" and "killed by SIGKILL twice" in r["cause"], verdict(r)
+    assert rmsnorm.check(rmsnorm.seed.source)["ok"]  # and the sandbox after it works
+
+
 def test_an_honest_kernel_still_checks_ok_through_the_judge(rmsnorm):
     r = rmsnorm.check(rmsnorm.seed.source)
     assert r["ok"] and r["speedup"] > 0, verdict(r)

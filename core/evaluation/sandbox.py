@@ -7,6 +7,11 @@ one request and one reply at a time, so each candidate's result comes back on it
 
 The child builds its *server* once (``spec["server"]``, ``"module:callable"``, called with the spec;
 the evaluator's is :class:`core.evaluation.protocol.Protocol`), then answers requests with ``server.handle``.
+The Protocol is a *judge* that never loads a kernel: it starts a launcher process of its own
+(:mod:`core.evaluation.judge`, :mod:`core.evaluation.launcher`) that loads and launches kernels on the
+judge's shared buffers. The launcher is the child's descendant: everything below applies to it (its
+kernels' processes are swept, its death is the reply's ``crashed``), and the child is not dumpable, so the
+launcher cannot reach into it.
 The parent's :class:`Sandbox` turns every way the child can fail into a reply dict:
 
 * no reply within the timeout -> ``{"status": "timeout"}``; the child is killed and restarted;
