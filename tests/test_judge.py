@@ -83,15 +83,15 @@ def test_the_kernels_process_can_neither_open_the_judges_memory_nor_ptrace_it(rm
     assert r["ok"], verdict(r)
 
 
-def test_a_launcher_killed_by_sigkill_is_retried_once_then_crashed_as_a_sandbox_was(rmsnorm):
+def test_a_launcher_killed_by_sigkill_is_retried_once_then_crashed_as_a_sandbox_was(fresh_rmsnorm):
     """A kill the launcher's own limits never send reads as one from outside (the OOM killer): the request
     goes once more to a fresh sandbox, and only a second such death is the candidate's."""
     source = ("#include <signal.h>\n#include <unistd.h>\n"
               "void abebot_rmsnorm(const float *x, const float *w, float *residual, float *out, int rows, int cols,"
               " float eps) { kill(getpid(), SIGKILL); }\n")
-    r = rmsnorm.check(source)
+    r = fresh_rmsnorm.check(source)
     assert r["status"] == "crashed" and "killed by SIGKILL twice" in r["cause"], verdict(r)
-    assert rmsnorm.check(rmsnorm.seed.source)["ok"]  # and the sandbox after it works
+    assert fresh_rmsnorm.check(fresh_rmsnorm.seed.source)["ok"]  # and the sandbox after it works
 
 
 def test_an_honest_kernel_still_checks_ok_through_the_judge(rmsnorm):
@@ -168,6 +168,7 @@ def test_after_a_timing_the_judge_checks_every_case_against_its_own_reference():
     assert final_state(h, [case], {"0": [0] * rows}).cause == "suspect"  # not a permutation
     assert final_state(h, [case], {"0": None}).cause == "suspect"  # the workload permutes: a row is owed
     assert final_state(h, [case], {}).cause == "suspect"  # no launch reported on the case
+    assert final_state(h, [case, case], {"0": perm}).cause == "suspect"  # the loops launch on the first cases at least
     assert not final_state(h, [case], {"0": list(range(rows))}).ok  # not the permutation the inputs hold
     random.shuffle(perm)
     assert not final_state(h, [case], {"0": perm}).ok

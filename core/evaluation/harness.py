@@ -131,6 +131,10 @@ class Harness:
             if t.read:
                 a.copy_into(case.data[t.name], twin.pristine[t.name])
         twin.expected = self.workload.reference(a.xp, {n: a.float64(x) for n, x in twin.pristine.items()}, self.problem)
+        twin.mirror = case.mirror  # the launcher's shared copies, rewritten in place
+        for part, arrays in case.mirror.items():
+            for n, x in arrays.items():
+                a.copy_into(x, getattr(twin, part)[n])
         return twin
 
     def copy_case(self, case: Case) -> Case:

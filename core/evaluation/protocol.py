@@ -81,6 +81,7 @@ class Protocol:
         self.launcher = LauncherClient(spec, {"cache": self.cache, "graph_block": self.runtime.graph_block,
                                               "timing_target_s": self.timing_target_s}, self.harness, self.runtime,
                                        inline=spec.get("launcher") == "inline")
+        self._pool: list | None = None  # the candidates' timing cases (refilled for each)
         self._pair: tuple[str, Callable, list] | None = None  # the primary baseline, its fn and timing cases
         self.priority = raise_priority()
         self._cases: tuple[dict, list] | None = None  # every baseline's fn, and the cases they were timed on
@@ -260,12 +261,21 @@ class Protocol:
             raise Failure(status, one_line(f"{chk.cause or 'wrong_result'} {where}{detail}"))
         return chk
 
+    def _candidate_cases(self, rng: random.Random) -> list:
+        """The timing cases of a candidate: made once per judge (their buffers shared with the launcher
+        once), then refilled with fresh inputs and references for each candidate."""
+        if self._pool is None:
+            self._pool = self._timing_cases(rng)
+        else:
+            self._pool = [self.harness.refill(c, rng.getrandbits(31)) for c in self._pool]
+        return self._pool
+
     def _benchmark(self, rng: random.Random, result: dict) -> None:
         """Time with every launch checked, in pairs with the primary baseline once one is known (the
         launcher runs the loops on the judge's cases); then what the judge checks itself: the times
         against its own clock, every case's final inputs and outputs, and the floor: faster than
         physics is ``suspect``."""
-        cases = self._timing_cases(rng)
+        cases = self._candidate_cases(rng)
         result["cache"] = self.cache
         ask: dict[str, Any] = {"timing": [c.token.uid for c in cases], "seed": rng.getrandbits(31)}
         involved = list(cases)
