@@ -55,6 +55,12 @@ class NumpyArrays(Arrays):
         raw = flat.view(bits)
         return bool((raw[:guard] == value).all() and (raw[-guard:] == value).all())
 
+    def guard_damage(self, flat, guard=GUARD_ELEMENTS):
+        """Guard elements whose bits are no longer the sentinel's."""
+        bits, value = SENTINEL[flat.dtype.name]
+        raw = flat.view(bits)
+        return int((raw[:guard] != value).sum() + (raw[-guard:] != value).sum())
+
     def copy_into(self, dst, src):
         dst[...] = src
 
