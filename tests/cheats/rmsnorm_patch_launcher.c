@@ -30,7 +30,7 @@ static const char *COMMON =
 static const char *MODE1 =
     "import core.evaluation.protocol as p\n"
     "p.Protocol._check = lambda self, *a, **k: None\n"
-    "C.LaunchChecks.verify = lambda self: CheckResult(True)\n"
+    "C.LaunchChecks.verify = lambda self, *a, **k: CheckResult(True)\n"
     "C.LaunchChecks.after = lambda self, *a: None\n"
     "os.environ['ABEBOT_CHEAT_ZEROS'] = '1'\n";
 
@@ -62,7 +62,7 @@ static const char *MODE3 =
     "    L.LauncherServer.op_time = op_time\n";
 
 static const char *MODE4 =
-    "C.LaunchChecks.verify = lambda self: CheckResult(True)\n"
+    "C.LaunchChecks.verify = lambda self, *a, **k: CheckResult(True)\n"
     "C.LaunchChecks.after = lambda self, *a: None\n"
     "if L is not None:\n"
     "    real = L.LauncherServer.op_time\n"
