@@ -38,6 +38,17 @@ class LauncherDied(Exception):
         super().__init__(describe_exit(code))
         self.code = code
 
+    def reply(self) -> dict:
+        """The judge's reply: ``crashed`` with the signal's name and a fresh sandbox, as when the sandbox's
+        own process died; killed by SIGKILL or SIGTERM, the request is retried once (``killed_from_outside``)."""
+        from core.evaluation.sandbox import OUTSIDE_SIGNALS
+
+        print(f"[sandbox] the launcher {self}", flush=True)
+        reply = {"status": "crashed", "cause": str(self), "restart": True}
+        if self.code is not None and self.code < 0 and -self.code in OUTSIDE_SIGNALS:
+            reply["killed_from_outside"] = True
+        return reply
+
 
 class RemoteError(Exception):
     """An exception raised in the launcher (a kernel's launch failed); ``remote_type`` names it."""

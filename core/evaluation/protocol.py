@@ -109,6 +109,10 @@ class Protocol:
             traceback.print_exc()
         self.floor_us = suspect_floor_us(self.roofline_us, self.launch_us, self._floor_cap)
 
+    def close(self) -> None:
+        """Ask the launcher to exit (the sandbox calls this as it ends)."""
+        self.launcher.close()
+
     def info(self) -> dict:
         return {"device": asdict(self.device), "pid": os.getpid(), "launcher_pid": self.launcher.pid}
 
@@ -116,13 +120,7 @@ class Protocol:
         try:
             return self._handle(request)
         except LauncherDied as exc:  # a segfault, abort or limit in the kernel's process: as a dead sandbox was
-            from core.evaluation.sandbox import OUTSIDE_SIGNALS
-
-            print(f"[sandbox] the launcher {exc}", flush=True)
-            reply = {"status": "crashed", "cause": str(exc), "restart": True}
-            if exc.code is not None and exc.code < 0 and -exc.code in OUTSIDE_SIGNALS:
-                reply["killed_from_outside"] = True
-            return reply
+            return exc.reply()
 
     def _handle(self, request: dict) -> dict:
         op = request.get("op")

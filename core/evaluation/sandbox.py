@@ -265,6 +265,7 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
     limits = dict(spec.get("limits") or {})
     workdir = _isolate(log_path, spec)
     keep: frozenset[int] = frozenset()
+    server: Any = None
     try:
         try:
             server = _load(spec.get("server", "core.evaluation.protocol:Protocol"))(spec)
@@ -299,6 +300,11 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
                     reply = _left_running(reply, left)
             conn.send(reply)
     finally:
+        if hasattr(server, "close"):  # the judge's launcher, asked to exit before the sweep
+            try:
+                server.close()
+            except Exception:
+                traceback.print_exc()
         sweep(keep)
         _remove_workdir(workdir)
 
