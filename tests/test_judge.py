@@ -172,3 +172,37 @@ def test_after_a_timing_the_judge_checks_every_case_against_its_own_reference():
     assert not final_state(h, [case], {"0": list(range(rows))}).ok  # not the permutation the inputs hold
     random.shuffle(perm)
     assert not final_state(h, [case], {"0": perm}).ok
+
+
+def test_the_paired_figures_are_derived_from_the_samples_not_taken_from_the_launcher():
+    from core.evaluation.judge import paired_figures
+
+    kernel = [1e-5, 2e-5] * 8  # 8 chunks of 2
+    baseline = [3e-5, 4e-5] * 8
+    reply = {"kernel": kernel, "baseline": baseline, "chunks": [1e-9] * 8, "speedup": 1e4}
+    chunks, figures = paired_figures(reply, "min")
+    assert chunks == [1e-5] * 8 and figures["speedup"] == pytest.approx(3.0) and figures["speedup_spread"] == 0
+    assert figures["pair_baseline_us"] == pytest.approx(35.0)
+    assert isinstance(paired_figures({**reply, "baseline": baseline[:-1]}, "min"), str)
+    assert isinstance(paired_figures({**reply, "chunks": [1e-5] * 5}, "min"), str)
+    assert "not a number" in timing_bounds({"kernel": [float("nan")] * 4}, wall_s=1.0, floor_us=None)
+    assert "no timed launch" in timing_bounds({"kernel": []}, wall_s=1.0, floor_us=None)
+
+
+def test_a_reply_that_is_not_json_ends_the_launcher_as_a_crash():
+    import subprocess
+    import sys
+
+    from core.evaluation.judge import LauncherClient, LauncherDied
+
+    client = LauncherClient.__new__(LauncherClient)
+    client.sock, theirs = socket.socketpair()
+    client.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        theirs.sendall((4).to_bytes(8, "big") + (0).to_bytes(4, "big") + b"\x80abc")
+        with pytest.raises(LauncherDied, match="not one"):
+            client._receive()
+        assert client.proc is None
+    finally:
+        theirs.close()
+        client.sock.close()

@@ -14,8 +14,10 @@ reports: see ``docs/security.md``, "What the judge guarantees".
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -32,10 +34,10 @@ from core.evaluation.timing import MIN_REPS
 class LauncherDied(Exception):
     """The launcher process ended mid-request; ``code`` is its exit status (negative: a signal)."""
 
-    def __init__(self, code: int | None):
+    def __init__(self, code: int | None, cause: str = ""):
         from core.evaluation.sandbox import describe_exit
 
-        super().__init__(describe_exit(code))
+        super().__init__(cause or describe_exit(code))
         self.code = code
 
     def reply(self) -> dict:
@@ -128,6 +130,12 @@ class LauncherClient:
     def _receive(self) -> dict:
         try:
             return recv_reply(self.sock)
+        except ValueError as exc:  # not JSON, not an object, too long: the channel cannot be trusted on
+            print(f"[sandbox] the launcher's reply was refused ({exc}); it is killed", flush=True)
+            self.proc.kill()
+            self.proc.wait(5.0)
+            self.proc = None
+            raise LauncherDied(None, f"the kernel's process sent a reply that is not one ({one_line(str(exc))})") from None
         except (ChannelClosed, ConnectionError, OSError):
             try:
                 code = self.proc.wait(5.0)
@@ -236,6 +244,11 @@ def timing_bounds(reply: dict, wall_s: float, floor_us: float | None) -> str | N
     over the whole request: the reported launches cannot add up to more than it saw, nor can the
     launches it saw have taken less, each, than the physical floor."""
     kernel = [float(t) for t in reply.get("kernel") or []]
+    if not kernel:
+        return "the launcher reported no timed launch"
+    every = kernel + [float(t) for t in (reply.get("baseline") or []) + (reply.get("chunks") or [])]
+    if not all(math.isfinite(t) and t > 0 for t in every):
+        return "the launcher reported a timed launch of no time, or of a time that is not a number"
     claimed = sum(kernel) + sum(float(t) for t in reply.get("baseline") or [])
     if claimed > wall_s:
         return (f"the launcher reported {claimed * 1e6:.0f} us of timed launches in a batch the judge saw take "
@@ -243,9 +256,28 @@ def timing_bounds(reply: dict, wall_s: float, floor_us: float | None) -> str | N
     if floor_us and kernel and wall_s / len(kernel) < floor_us * 1e-6:
         return (f"{len(kernel)} timed launches reported in {wall_s * 1e6:.0f} us by the judge's clock: "
                 f"{wall_s / len(kernel) * 1e6:.2f} us each is below the physical floor {floor_us:.2f} us")
-    if any(not (t > 0) for t in kernel):
-        return "the launcher reported a timed launch of no time"
     return None
+
+
+def paired_figures(reply: dict, statistic: str) -> tuple[list[float], dict] | str:
+    """The kernel's chunk statistics and the paired figures (speed-up, its spread, noisy, the baseline's
+    median), derived by the judge from the samples the launcher reported -- its own speed-up is not
+    read. :func:`core.evaluation.timing.paired_times` times (baseline, kernel) chunks of equal
+    repetitions, each kernel chunk's statistic reported; a string says why the samples cannot be that."""
+    from core.evaluation.timing import Paired
+
+    k, b = [float(t) for t in reply.get("kernel") or []], [float(t) for t in reply.get("baseline") or []]
+    pairs = len(reply.get("chunks") or [])
+    if not pairs or len(k) % pairs or len(b) != len(k):
+        return f"{len(k)} kernel and {len(b)} baseline samples reported in {pairs} pairs of equal chunks"
+    reps = len(k) // pairs
+    pick = min if statistic == "min" else statistics.median
+    kc = [pick(k[i * reps:(i + 1) * reps]) for i in range(pairs)]
+    bc = [pick(b[i * reps:(i + 1) * reps]) for i in range(pairs)]
+    paired = Paired(k, b, [x / max(y, 1e-12) for x, y in zip(bc, kc)], str(reply.get("timing_method") or ""),
+                    statistic, kc)
+    return kc, {"speedup": paired.speedup, "speedup_spread": paired.spread, "noisy": bool(paired.noisy),
+                "pair_baseline_us": statistics.median(b) * 1e6}
 
 
 def final_state(harness: Any, cases: list, last: dict) -> CheckResult:

@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from core.backends.base import Artifact, CompileError
 from core.evaluation.harness import Harness
-from core.evaluation.judge import LauncherClient, LauncherDied, RemoteError, final_state, time_baselines, timing_bounds
+from core.evaluation.judge import (LauncherClient, LauncherDied, RemoteError, final_state, paired_figures, time_baselines,
+                                   timing_bounds)
 from core.evaluation.priority import raise_priority
 from core.evaluation.record import one_line
 from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks, suspect_floor_us
@@ -285,16 +286,17 @@ class Protocol:
         reply = self.launcher.request("time", cases=involved, **ask)
         wall = time.perf_counter() - t0
         times, chunks = [float(t) for t in reply.get("kernel") or []], [float(t) for t in reply.get("chunks") or []]
-        if not times:
-            raise Failure("suspect", "the launcher reported no timed launch")
-        result["timing_method"] = reply.get("timing_method", "")
-        if self._pair is not None:
-            result.update({k: reply.get(k) for k in ("speedup", "speedup_spread", "noisy", "pair_baseline",
-                                                     "pair_baseline_us")})
+        result["timing_method"] = str(reply.get("timing_method", ""))
+        if self._pair is not None:  # the figures derived here from the samples, not the launcher's own
+            figures = paired_figures(reply, self.runtime.chunk_statistic)
+            if isinstance(figures, str):
+                raise Failure("suspect", figures)
+            chunks = figures[0]
+            result.update(figures[1], pair_baseline=self._pair[0])
         # Paired: the time and its spread are those of the chunks' statistic, the one the speed-up rests
         # on (on a CPU each chunk's fastest call: a call right after numpy's chunk can find OpenBLAS's
         # threads still spinning on both cores, seen as a 10x IQR on an idle 2-core VM).
-        result["time_us"], result["time_spread_us"] = median_iqr_us(chunks or times)
+        result["time_us"], result["time_spread_us"] = median_iqr_us(chunks or times or [0.0])
         # The floor judges the fastest evidence the speed-up rests on: a chunk's statistic (on a CPU its
         # fastest call) below physics is a launch that skipped work, however slow the others were.
         fastest_us = min([result["time_us"]] + [t * 1e6 for t in chunks])
