@@ -112,7 +112,8 @@ def test_every_workload_takes_a_cache_policy_and_refuses_a_wrong_one(name):
 def test_cold_evicts_every_buffer_of_the_case_before_each_timed_launch_of_kernel_and_baseline(tmp_path):
     from core.evaluation.protocol import Protocol
 
-    spec = {"backend": "c", "workload": "gemm", "problem": {"m": 32, "n": 32, "k": 32}, "timing_target_s": 0.02}
+    spec = {"backend": "c", "workload": "gemm", "problem": {"m": 32, "n": 32, "k": 32}, "timing_target_s": 0.02,
+            "launcher": "inline"}  # the launcher's timing loops in this process, on proto.runtime
     for policy, evicts in (("cold", True), ("hot", False)):
         proto = Protocol({**spec, "problem": get_workload("gemm").validate_problem({**spec["problem"], "cache": policy}, "c")})
         seen: list[int] = []
@@ -195,7 +196,8 @@ def test_the_primary_is_decided_in_pairs_not_by_each_baselines_own_timing():
 
     rt = LoadedRuntime({"int4": 27e-6, "compiled": 112e-6, "eager": 1160e-6}, loads=[1.0, 3.0])
     single = {"int4": 120.0, "compiled": 112.0, "eager": 1160.0}
-    primary, paired = choose_primary(rt, single, lambda n: Side(_named(n)), target_s=0.01)
+    primary, paired, timed_s = choose_primary(rt, single, lambda n: Side(_named(n)), target_s=0.01)
+    assert timed_s > 0
     assert primary == "int4"
     assert paired["int4"][0] < paired["compiled"][0]
     assert "eager" not in paired and single["eager"] > CONTEST_FACTOR * single["compiled"]  # never contested
@@ -206,5 +208,26 @@ def test_a_lone_contender_is_the_primary_without_any_pairing():
     from core.evaluation.primary import choose_primary
 
     rt = LoadedRuntime({"numpy": 1e-4, "slow": 1e-2}, loads=[1.0])
-    assert choose_primary(rt, {"numpy": 100.0, "slow": 10_000.0}, lambda n: Side(_named(n)), 0.01) == ("numpy", {})
+    assert choose_primary(rt, {"numpy": 100.0, "slow": 10_000.0}, lambda n: Side(_named(n)), 0.01) == ("numpy", {}, 0.0)
     assert rt.calls == []
+
+
+def test_the_protocols_primary_comes_from_pairs_timed_in_the_launcher():
+    """Two CPU baselines within the contest factor (numpy and torch's rms_norm): both are paired, in
+    the launcher process, and their figures are the paired ones (the single timing kept beside)."""
+    pytest.importorskip("torch")
+    from core.evaluation.primary import CONTEST_FACTOR
+    from core.evaluation.protocol import Protocol
+
+    problem = get_workload("rmsnorm").validate_problem({"rows": 16, "cols": 256}, "c")
+    proto = Protocol({"backend": "c", "workload": "rmsnorm", "problem": problem, "timing_target_s": 0.02})
+    try:
+        base = proto.baseline(3)
+    finally:
+        proto.close()
+    single = {n: e.get("single_us", e["time_us"]) for n, e in base["baselines"].items() if e.get("verified")}
+    contested = [n for n, us in single.items() if us <= CONTEST_FACTOR * min(single.values())]
+    assert base["primary"] in single
+    if len(contested) >= 2:
+        assert all("single_us" in base["baselines"][n] for n in contested)
+        assert base["time_us"] == base["baselines"][base["primary"]]["time_us"]

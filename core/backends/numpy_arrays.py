@@ -18,6 +18,18 @@ SENTINEL = {"float32": (np.uint32, 0x7FC0DEAD), "float64": (np.uint64, 0x7FF8_00
 class NumpyArrays(Arrays):
     name = "numpy"
     xp = np
+    # While set (the judge making a case: core.evaluation.shared_buffers.NumpyBlocks), the buffers a case
+    # is launched on (``poisoned``, ``clone``) are allocated in memory the launcher process shares.
+    shared: Any = None
+
+    def _empty(self, shape, dtype):
+        return np.empty(shape, dtype=dtype) if self.shared is None else self.shared.empty(shape, dtype)
+
+    def describe(self, x):
+        """How the launcher finds ``x`` (a shared array), or None when it is not shared."""
+        return None if self.shared_pool is None else self.shared_pool.describe(x)
+
+    shared_pool: Any = None  # the judge's NumpyBlocks, whether or not a case is being made now
 
     def generator(self, seed: int) -> np.random.Generator:
         return np.random.default_rng(seed)
@@ -30,7 +42,7 @@ class NumpyArrays(Arrays):
 
     def poisoned(self, shape, dtype, guard=GUARD_ELEMENTS):
         size = int(np.prod(shape))
-        flat = np.empty(size + 2 * guard, dtype=dtype)
+        flat = self._empty((size + 2 * guard,), dtype)
         self.poison(flat)
         return flat, flat[guard:guard + size].reshape(shape)
 
@@ -43,11 +55,21 @@ class NumpyArrays(Arrays):
         raw = flat.view(bits)
         return bool((raw[:guard] == value).all() and (raw[-guard:] == value).all())
 
+    def guard_damage(self, flat, guard=GUARD_ELEMENTS):
+        """Guard elements whose bits are no longer the sentinel's."""
+        bits, value = SENTINEL[flat.dtype.name]
+        raw = flat.view(bits)
+        return int((raw[:guard] != value).sum() + (raw[-guard:] != value).sum())
+
     def copy_into(self, dst, src):
         dst[...] = src
 
     def clone(self, x):
-        return x.copy()
+        if self.shared is None:
+            return x.copy()
+        out = self.shared.empty(x.shape, x.dtype)
+        out[...] = x
+        return out
 
     def same_bits(self, a, b):
         return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()

@@ -53,11 +53,27 @@ class TorchArrays(Arrays):
         torch = self.xp
         return bool(torch.isnan(flat[:guard]).all() and torch.isnan(flat[-guard:]).all())
 
+    def guard_damage(self, flat, guard=GUARD_ELEMENTS):
+        """Guard elements no longer NaN, as a device scalar (no host sync: many are read at once)."""
+        torch = self.xp
+        return (~torch.isnan(flat[:guard])).sum() + (~torch.isnan(flat[-guard:])).sum()
+
     def copy_into(self, dst, src):
         dst.copy_(src)
 
     def clone(self, x):
         return x.clone()
+
+    shared: Any = None  # (numpy's allocation hook; CUDA tensors are shared as they are)
+
+    def describe(self, x):
+        """The CUDA IPC descriptor the launcher rebuilds ``x`` from (issue 35: core.evaluation.shared_buffers)."""
+        if not self.on_gpu:
+            return None
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        rebuild, args = reduce_tensor(x)
+        return ("ipc", rebuild, args)
 
     def same_bits(self, a, b):
         if a.shape != b.shape or a.dtype != b.dtype:

@@ -55,18 +55,40 @@ def crosscheck(protocol: Any, artifact: Any, seed: int, names: list[str] | None 
     copies of the main shape (see the module docstring). Returns ``{"status": "ok", "times_us":
     {name: median}, "spread_us": {name: IQR}, "host_overhead_us": {name: us or None}, "copies",
     "rotation_bytes", "llc_bytes", "launches", "method"}``; the kernel is named ``"kernel"``. A
-    kernel that computes a wrong result on a fresh case is ``wrong_result`` and is not timed."""
-    h, rt = protocol.harness, protocol.runtime
+    kernel that computes a wrong result on a fresh case is ``wrong_result`` and is not timed.
+
+    The judge (this process) draws the fresh case and checks the kernel's output on it itself; the
+    launcher makes the copies and times the chains (:func:`chains`), and the judge bounds the times
+    it reports by its own clock: launches reported to take longer than the request did are ``suspect``."""
+    import time
+
+    h, launcher = protocol.harness, protocol.launcher
     rng = random.Random(seed)
-    kernel = rt.load(artifact)
-    fresh = h.make_case(protocol.main, rng.getrandbits(31))
-    h.launch(kernel, fresh)
-    rt.synchronize()
+    launcher.load(artifact)
+    fresh = h.make_case(protocol.main, rng.getrandbits(31), mirror=True)
+    launcher.launch(fresh)
     chk = h.check(fresh)
     if not chk.ok:
         return {"status": "wrong_result", "cause": one_line(f"{chk.cause} {chk.detail}")}
     llc = int(protocol.device.l2_bytes or 0)
     n = plan_copies(protocol.io_bytes, llc, copy_budget_bytes(protocol.backend.device_kind, protocol.device.memory_bytes))
+    t0 = time.perf_counter()
+    reply = launcher.request("chains", cases=[fresh], case=fresh.token.uid, copies=n, names=names)
+    wall = time.perf_counter() - t0
+    claimed = sum(float(v) for v in reply.get("claimed_s", {}).values())
+    if claimed > wall:
+        return {"status": "suspect", "cause": f"the launcher reported {claimed * 1e6:.0f} us of chained launches in a "
+                                              f"request the judge saw take {wall * 1e6:.0f} us"}
+    reply.pop("claimed_s", None)
+    return {**reply, "copies": n, "rotation_bytes": n * protocol.io_bytes, "llc_bytes": llc,
+            "method": "CUDA graph chain" if protocol.backend.device_kind == "gpu" else "wall clock chain",
+            "cold": n * protocol.io_bytes >= ROTATE_LLC_TIMES * llc if llc else False}
+
+
+def chains(h: Any, rt: Any, kernel: Any, fresh: Any, n: int, names: list[str] | None = None) -> dict:
+    """The launcher's half of :func:`crosscheck`: ``n`` copies of ``fresh`` at distinct addresses, and
+    the kernel's and each baseline's chains over them timed in interleaved rounds. ``claimed_s``: the
+    seconds of launches each side's samples add up to, for the judge's bound."""
     copies = [fresh] + [h.copy_case(fresh) for _ in range(n - 1)]
     launchers = [h.prepare(kernel, c) for c in copies]  # repack and bind now, outside every timing
     sides: dict[str, Callable[[int], None]] = {"kernel": lambda i: launchers[i % n]()}
@@ -100,9 +122,8 @@ def crosscheck(protocol: Any, artifact: Any, seed: int, names: list[str] | None 
             host[name] = None
     return {"status": "ok", "times_us": {k: statistics.median(v) * 1e6 for k, v in times.items() if v},
             "spread_us": {k: _iqr(v) * 1e6 for k, v in times.items() if v}, "failed": failed,
-            "host_overhead_us": host, "copies": n, "rotation_bytes": n * protocol.io_bytes, "llc_bytes": llc,
-            "launches": launches, "method": "CUDA graph chain" if protocol.backend.device_kind == "gpu" else "wall clock chain",
-            "cold": n * protocol.io_bytes >= ROTATE_LLC_TIMES * llc if llc else False}
+            "host_overhead_us": host, "launches": launches,
+            "claimed_s": {k: sum(v) * launches for k, v in times.items()}}
 
 
 def agreement(protocol_speedup: float | None, independent_speedup: float | None) -> dict:

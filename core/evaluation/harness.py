@@ -19,6 +19,8 @@ reference with the spec's tolerance for its dtype and shape.
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -39,6 +41,20 @@ class Case:
     bound: dict = field(default_factory=dict)  # id(kernel) -> launcher from Template.bind
     packed: dict = field(default_factory=dict)  # id(kernel) -> {name: tensor} from Template.repack
     packed_pristine: dict = field(default_factory=dict)  # id(kernel) -> copies of ``packed``
+    token: Any = None  # the case's buffers' identity (shared by a refill's twin): how the launcher names them
+    mirror: dict = field(default_factory=dict)  # shared copies of pristine and expected, for the launcher's checks
+
+
+_UIDS = itertools.count(1)
+
+
+class Token:
+    """The identity of one case's buffers, ``uid``; the judge tells its launcher when one has died."""
+
+    __slots__ = ("uid", "__weakref__")
+
+    def __init__(self) -> None:
+        self.uid = next(_UIDS)
 
 
 class Harness:
@@ -53,25 +69,48 @@ class Harness:
         self.written = [t for t in self.tensors if t.written]
         self.weights = _weights(workload, problem, self.tensors)
         self.repacks: list[tuple[dict, float]] = []
+        self.share = False  # the judge's harness: cases' buffers in memory its launcher maps (issue 35)
+
+    @contextlib.contextmanager
+    def _allocating(self):
+        """Within: the arrays a case is launched on are allocated shared (numpy; CUDA tensors are
+        shared as they are)."""
+        a = self.arrays
+        pool = getattr(a, "shared_pool", None) if self.share else None
+        before = getattr(a, "shared", None)
+        a.shared = pool
+        try:
+            yield
+        finally:
+            a.shared = before
 
     # -- cases -----------------------------------------------------------------------------------
-    def make_case(self, shape: dict, seed: int) -> Case:
-        """Fresh random inputs for ``shape``, poisoned outputs in guard zones, the reference."""
+    def make_case(self, shape: dict, seed: int, mirror: bool = False) -> Case:
+        """Fresh random inputs for ``shape``, poisoned outputs in guard zones, the reference.
+        ``mirror`` (a judge's timing case): shared copies of the pristine inputs and the reference
+        too, which the launcher's launch checks read (the judge checks against its own); the
+        declared weights' pristine copies are shared for every case of a judge (a repack reads them)."""
         a = self.arrays
         gen = a.generator(seed)
-        case = Case(shape=dict(shape))
+        case = Case(shape=dict(shape), token=Token())
         for t in self.tensors:
             dims, dtype = t.shape(shape), t.dtype_in(self.problem)
             if t.read:
                 case.pristine[t.name] = t.init.draw(a, dims, dtype, gen, shape)
-            if t.written:
-                case.flats[t.name], case.data[t.name] = a.poisoned(dims, dtype)
-                if t.read:
-                    a.copy_into(case.data[t.name], case.pristine[t.name])
-            else:
-                case.data[t.name] = a.clone(case.pristine[t.name])
+            with self._allocating():
+                if t.written:
+                    case.flats[t.name], case.data[t.name] = a.poisoned(dims, dtype)
+                    if t.read:
+                        a.copy_into(case.data[t.name], case.pristine[t.name])
+                else:
+                    case.data[t.name] = a.clone(case.pristine[t.name])
         refs = {name: a.float64(x) for name, x in case.pristine.items()}
         case.expected = self.workload.reference(a.xp, refs, self.problem)
+        if self.share and (mirror or self.weights):  # (a repack reads the weights' pristine copies)
+            with self._allocating():
+                case.mirror = {"pristine": {n: a.clone(x) for n, x in case.pristine.items() if mirror or n in self.weights}}
+                if mirror:
+                    case.mirror["expected"] = {n: a.clone(x) for n, x in case.expected.items()}
         return case
 
     def refill(self, case: Case, seed: int) -> Case:
@@ -82,7 +121,7 @@ class Harness:
         a = self.arrays
         gen = a.generator(seed)
         twin = Case(shape=case.shape, data=case.data, flats=case.flats, bound=case.bound, packed=case.packed,
-                    packed_pristine=case.packed_pristine)
+                    packed_pristine=case.packed_pristine, token=case.token)
         for t in self.tensors:
             if t.read:
                 twin.pristine[t.name] = case.pristine[t.name] if t.name in self.weights else \
@@ -92,13 +131,17 @@ class Harness:
             if t.read:
                 a.copy_into(case.data[t.name], twin.pristine[t.name])
         twin.expected = self.workload.reference(a.xp, {n: a.float64(x) for n, x in twin.pristine.items()}, self.problem)
+        twin.mirror = case.mirror  # the launcher's shared copies, rewritten in place
+        for part, arrays in case.mirror.items():
+            for n, x in arrays.items():
+                a.copy_into(x, getattr(twin, part)[n])
         return twin
 
     def copy_case(self, case: Case) -> Case:
         """Another copy of ``case``'s tensors at other addresses (fresh poisoned outputs, inputs
         cloned), sharing its pristine inputs and reference: what a rotation over copies needs."""
         a = self.arrays
-        new = Case(shape=dict(case.shape), pristine=case.pristine, expected=case.expected)
+        new = Case(shape=dict(case.shape), pristine=case.pristine, expected=case.expected, token=Token())
         for t in self.tensors:
             if t.written:
                 new.flats[t.name], new.data[t.name] = a.poisoned(t.shape(case.shape), t.dtype_in(self.problem))

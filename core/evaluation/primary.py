@@ -22,9 +22,10 @@ CONTEST_FACTOR = 8.0  # a baseline timed alone this much slower than the fastest
 
 
 def choose_primary(runtime: Runtime, single_us: dict[str, float], side: Callable[[str], Side],
-                   target_s: float) -> tuple[str, dict[str, tuple[float, float]]]:
-    """The primary among the verified baselines timed alone in ``single_us`` (name -> us), and each
-    contested baseline's paired (median, interquartile range) in us, from its last pairing.
+                   target_s: float) -> tuple[str, dict[str, tuple[float, float]], float]:
+    """The primary among the verified baselines timed alone in ``single_us`` (name -> us), each
+    contested baseline's paired (median, interquartile range) in us, from its last pairing, and the
+    seconds of launches the pairings timed in all (for the judge to hold against its clock).
 
     ``side(name)`` is the baseline's :class:`~core.evaluation.timing.Side` with the preparation and
     eviction candidates get. With a single contender nothing is paired and the dict is empty."""
@@ -33,12 +34,14 @@ def choose_primary(runtime: Runtime, single_us: dict[str, float], side: Callable
     contenders = [n for n in order if single_us[n] <= CONTEST_FACTOR * fastest]
     leader = contenders[0]
     paired: dict[str, tuple[float, float]] = {}
+    timed_s = 0.0
     for name in contenders[1:]:
         # The challenger takes the "kernel" side: a ratio above 1 means it beat the leader.
         p = paired_times(runtime, side(name), side(leader), target_s)
         paired[name] = median_iqr_us(p.kernel_chunks)
         paired[leader] = median_iqr_us([r * k for r, k in zip(p.ratios, p.kernel_chunks)])  # its chunks' statistic
+        timed_s += sum(p.kernel) + sum(p.baseline)
         if p.speedup > 1.0:
             leader = name
-    return leader, paired
+    return leader, paired, timed_s
 

@@ -1,4 +1,6 @@
-"""The evaluation protocol, run inside the sandboxed evaluator process on one candidate at a time:
+"""The evaluation protocol, run by the judge -- the sandboxed evaluator process, which never loads a
+kernel (:mod:`core.evaluation.judge`: a launcher process loads and launches it on the judge's shared
+cases) -- on one candidate at a time:
 load -> verify on every shape with fresh random inputs -> time, with every timed launch poisoned,
 fed freshly permuted inputs and checked (:mod:`core.evaluation.checks`), in interleaved pairs with
 the primary baseline (:func:`core.evaluation.timing.paired_times`), every launch of either side
@@ -9,7 +11,9 @@ wrote is left in them, :meth:`core.backends.base.Runtime.evict`) -> the physical
 launch; its time is reported apart (``repack_us``) and its bytes count as memory.
 
 Also times the library baselines the same way, on the same cases. Every status but ``ok`` is
-lethal; ``cause`` says why in one line.
+lethal; ``cause`` says why in one line. The judge draws every case and computes every reference; it
+checks every verification and stability launch itself, and bounds what the launcher reports of a
+timing (:func:`core.evaluation.judge.timing_bounds`, :func:`core.evaluation.judge.final_state`).
 """
 from __future__ import annotations
 
@@ -22,14 +26,13 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from core.backends.base import Artifact, CompileError
-from core.evaluation.checks import LaunchChecks
-from core.evaluation.harness import Harness, case_arrays
-from core.evaluation.primary import choose_primary
+from core.evaluation.harness import Harness
+from core.evaluation.judge import (LauncherClient, LauncherDied, RemoteError, final_state, paired_figures, paired_primary,
+                                   time_baselines, timing_bounds)
 from core.evaluation.priority import raise_priority
 from core.evaluation.record import one_line
 from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks, suspect_floor_us
-from core.evaluation.timing import (TIMING_TARGET_S, Side, adaptive_times, graph_block, median_iqr_us, paired_times,
-                                    rotation, timing_case_count)
+from core.evaluation.timing import TIMING_TARGET_S, adaptive_times, graph_block, median_iqr_us, timing_case_count
 from core.workloads.spec import cache_policy
 
 
@@ -76,6 +79,10 @@ class Protocol:
         if not self.runtime.can_evict:  # (the Triton interpreter): the caches stay as the preparation leaves them
             self.cache = "hot"
         self.runtime.cache = self.cache
+        self.launcher = LauncherClient(spec, {"cache": self.cache, "graph_block": self.runtime.graph_block,
+                                              "timing_target_s": self.timing_target_s}, self.harness, self.runtime,
+                                       inline=spec.get("launcher") == "inline")
+        self._pool: list | None = None  # the candidates' timing cases (refilled for each)
         self._pair: tuple[str, Callable, list] | None = None  # the primary baseline, its fn and timing cases
         self.priority = raise_priority()
         self._cases: tuple[dict, list] | None = None  # every baseline's fn, and the cases they were timed on
@@ -103,10 +110,20 @@ class Protocol:
             traceback.print_exc()
         self.floor_us = suspect_floor_us(self.roofline_us, self.launch_us, self._floor_cap)
 
+    def close(self) -> None:
+        """Ask the launcher to exit (the sandbox calls this as it ends)."""
+        self.launcher.close()
+
     def info(self) -> dict:
-        return {"device": asdict(self.device), "pid": os.getpid()}
+        return {"device": asdict(self.device), "pid": os.getpid(), "launcher_pid": self.launcher.pid}
 
     def handle(self, request: dict) -> dict:
+        try:
+            return self._handle(request)
+        except LauncherDied as exc:  # a segfault, abort or limit in the kernel's process: as a dead sandbox was
+            return exc.reply()
+
+    def _handle(self, request: dict) -> dict:
         op = request.get("op")
         if op == "evaluate":
             return self.evaluate(request["artifact"], int(request.get("seed", 0)))
@@ -119,6 +136,8 @@ class Protocol:
 
             try:
                 return crosscheck(self, request["artifact"], int(request.get("seed", 0)), request.get("names"))
+            except LauncherDied:
+                raise
             except Exception as exc:
                 traceback.print_exc()
                 return {"status": "crashed", "cause": one_line(f"crosscheck: {type(exc).__name__}: {exc}"),
@@ -133,14 +152,14 @@ class Protocol:
         rng = random.Random(seed)
         result: dict[str, Any] = {"status": "ok", "cause": "", "max_abs_err": 0.0, "rel_err": 0.0}
         seconds: dict[str, float] = {}
-        kernel = case = None  # set by the load and stability stages; the later lambdas read them
+        case = None  # set by the stability stage; the memory stage's lambda reads it
         self.harness.repacks.clear()
         stages: list[tuple[str, Callable[[], Any]]] = [
-            ("load", lambda: self.runtime.load(artifact)),
-            ("verification", lambda: self._verify(kernel, rng, result)),
-            ("timing", lambda: self._benchmark(kernel, rng, result)),
-            ("stability", lambda: self._stability(kernel, rng, result)),
-            ("memory", lambda: self._memory(kernel, artifact, case, result)),
+            ("load", lambda: self.launcher.load(artifact)),
+            ("verification", lambda: self._verify(rng, result)),
+            ("timing", lambda: self._benchmark(rng, result)),
+            ("stability", lambda: self._stability(rng, result)),
+            ("memory", lambda: self._memory(case, result)),
         ]
         stage = "load"
         try:
@@ -148,17 +167,19 @@ class Protocol:
                 t0 = time.perf_counter()
                 value = run()
                 seconds[stage] = time.perf_counter() - t0
-                kernel = value if stage == "load" else kernel
                 case = value if stage == "stability" else case
         except Failure as f:
             result.update(status=f.status, cause=f.cause)
         except CompileError as exc:  # a JIT backend (Triton) compiles at first launch: not a device fault
             result.update(status="compile_error", cause=one_line(f"{stage}: {exc}"))
+        except LauncherDied:
+            raise
         except Exception as exc:
-            traceback.print_exc()
+            if not isinstance(exc, RemoteError):  # (the launcher printed its own traceback to the log)
+                traceback.print_exc()
             status = "unstable" if stage == "stability" else "crashed"
-            result.update(status=status, cause=one_line(f"{stage}: {type(exc).__name__}: {exc}"),
-                          restart=self.backend.sticky_errors)
+            kind = getattr(exc, "remote_type", type(exc).__name__)
+            result.update(status=status, cause=one_line(f"{stage}: {kind}: {exc}"), restart=self.backend.sticky_errors)
         self._repack_times(result, seconds)
         result["stages_s"] = seconds
         print(f"[sandbox] {artifact.source_hash[:12]} {result['status']} "
@@ -176,23 +197,22 @@ class Protocol:
         kept = self._pair
         self._pair = (baseline, fns[baseline], cases)
         try:
-            self._benchmark(self.runtime.load(artifact), random.Random(seed), result)
+            self.launcher.load(artifact)
+            self._benchmark(random.Random(seed), result)
         except Failure as f:
             result.update(status=f.status, cause=f.cause)
         finally:
             self._pair = kept
         return result
 
-    def _memory(self, kernel: Any, artifact: Artifact, case: Any, result: dict) -> None:
+    def _memory(self, case: Any, result: dict) -> None:
         """Inputs and outputs plus the larger of the declared workspace and what one launch was seen
-        to allocate, plus the weights the template repacked for the kernel. Registers and shared
-        memory are on-chip limits, reported apart, not bytes."""
-        declared = int(self.harness.extra_memory_bytes(kernel, artifact, case))
-        seen = int(self.arrays.peak_extra_bytes(lambda: self.harness.launch(kernel, case)))
+        to allocate (measured in the launcher), plus the weights the template repacked for the kernel.
+        Registers and shared memory are on-chip limits, reported apart, not bytes."""
+        r = self.launcher.request("memory", cases=[case], case=case.token.uid)
         # The repacked weights live beside the canonical ones, made before the launch seen here.
-        extra = max(declared, seen) + int(self.harness.packed_bytes(kernel, case))
-        onchip = int(self.harness.onchip_bytes(artifact, kernel))
-        result.update(extra_bytes=extra, onchip_bytes=onchip, memory_bytes=self.io_bytes + extra)
+        extra = max(int(r["declared"]), int(r["seen"])) + int(r["packed"])
+        result.update(extra_bytes=extra, onchip_bytes=int(r["onchip"]), memory_bytes=self.io_bytes + extra)
 
     def _repack_times(self, result: dict, seconds: dict) -> None:
         """The template's one-time repack, apart from the launches: ``repack_us``, the median over the
@@ -204,7 +224,14 @@ class Protocol:
             result["repack_us"] = statistics.median(main) * 1e6
         seconds["repack"] = sum(s for _, s in self.harness.repacks)
 
-    def _verify(self, kernel: Any, rng: random.Random, result: dict) -> None:
+    def _launch(self, case: Any, result: dict, status: str, where: str, entry: dict | None = None) -> None:
+        """One launch on ``case`` in the launcher, then the judge's own check of it."""
+        reply = self.launcher.launch(case)
+        if reply.get("packed_modified"):
+            raise Failure(status, one_line(f"input_modified {where}: repacked weight {reply['packed_modified']!r} changed"))
+        self._check(case, result, status, where, entry)
+
+    def _verify(self, rng: random.Random, result: dict) -> None:
         """Every shape once, the main shape twice, each on fresh inputs, then the main shape again in
         the same buffers with new inputs (a kernel answering by address, from memory, fails there:
         no timing rotation need ever bring an address back); first failure is the verdict. The worst
@@ -215,14 +242,10 @@ class Protocol:
             errors.append(entry)
             for _ in range(2 if i == 0 else 1):
                 case = self.harness.make_case(shape, rng.getrandbits(31))
-                self.harness.launch(kernel, case)
-                self.runtime.synchronize()
-                self._check(case, result, "wrong_result", f"on {_fmt(shape)}", entry)
+                self._launch(case, result, "wrong_result", f"on {_fmt(shape)}", entry)
             if i == 0:
                 again = self.harness.refill(case, rng.getrandbits(31))
-                self.harness.launch(kernel, again)
-                self.runtime.synchronize()
-                self._check(again, result, "wrong_result", f"on {_fmt(shape)}, new inputs in the same buffers", entry)
+                self._launch(again, result, "wrong_result", f"on {_fmt(shape)}, new inputs in the same buffers", entry)
         result["margin_used"] = max(e["margin_used"] for e in errors)
 
     def _check(self, case: Any, result: dict, status: str, where: str, entry: dict | None = None) -> None:
@@ -237,41 +260,58 @@ class Protocol:
             raise Failure(status, one_line(f"{chk.cause or 'wrong_result'} {where}{detail}"))
         return chk
 
-    def _benchmark(self, kernel: Any, rng: random.Random, result: dict) -> None:
-        """Time with every launch checked, in pairs with the primary baseline once one is known;
-        then the floor: faster than physics is ``suspect``."""
-        cases = self._timing_cases(rng)
-        for c in cases:  # repack and bind now: neither belongs in a timed launch
-            self.harness.prepare(kernel, c)
-        checks = LaunchChecks(self.harness, cases, rng.getrandbits(31))
-        side = self._side(lambda c: self.harness.launch(kernel, c), cases, checks)
-        result["cache"] = self.cache
-        if self._pair is None:  # no baseline timed in this sandbox yet: the kernel alone
-            times = adaptive_times(self.runtime, side.fn, self.timing_target_s, before=side.before, after=side.after)
-            result["timing_method"] = getattr(self.runtime, "last_timing", "")
-            chunks: list[float] = []
+    def _candidate_cases(self, rng: random.Random) -> list:
+        """The timing cases of a candidate: made once per judge (their buffers shared with the launcher
+        once), then refilled with fresh inputs and references for each candidate."""
+        if self._pool is None:
+            self._pool = self._timing_cases(rng)
         else:
-            name, fn, bcases = self._pair
-            paired = paired_times(self.runtime, side,
-                                  self._side(fn, bcases, LaunchChecks(self.harness, bcases, rng.getrandbits(31), check=False)),
-                                  self.timing_target_s)
-            times, chunks = paired.kernel, paired.kernel_chunks
-            result.update(speedup=paired.speedup, speedup_spread=paired.spread, noisy=paired.noisy,
-                          pair_baseline=name, pair_baseline_us=statistics.median(paired.baseline) * 1e6,
-                          timing_method=paired.method)
-        self.runtime.synchronize()
+            self._pool = [self.harness.refill(c, rng.getrandbits(31)) for c in self._pool]
+        return self._pool
+
+    def _benchmark(self, rng: random.Random, result: dict) -> None:
+        """Time with every launch checked, in pairs with the primary baseline once one is known (the
+        launcher runs the loops on the judge's cases); then what the judge checks itself: the times
+        against its own clock, every case's final inputs and outputs, and the floor: faster than
+        physics is ``suspect``."""
+        cases = self._candidate_cases(rng)
+        result["cache"] = self.cache
+        ask: dict[str, Any] = {"timing": [c.token.uid for c in cases], "seed": rng.getrandbits(31)}
+        involved = list(cases)
+        if self._pair is not None:
+            name, _, bcases = self._pair
+            ask.update(pair=name, pair_cases=[c.token.uid for c in bcases])
+            involved += bcases
+        t0 = time.perf_counter()
+        reply = self.launcher.request("time", cases=involved, **ask)
+        wall = time.perf_counter() - t0
+        times, chunks = [float(t) for t in reply.get("kernel") or []], [float(t) for t in reply.get("chunks") or []]
+        result["timing_method"] = str(reply.get("timing_method", ""))
+        if self._pair is not None:  # the figures derived here from the samples, not the launcher's own
+            figures = paired_figures(reply, self.runtime.chunk_statistic)
+            if isinstance(figures, str):
+                raise Failure("suspect", figures)
+            chunks = figures[0]
+            result.update(figures[1], pair_baseline=self._pair[0])
         # Paired: the time and its spread are those of the chunks' statistic, the one the speed-up rests
         # on (on a CPU each chunk's fastest call: a call right after numpy's chunk can find OpenBLAS's
         # threads still spinning on both cores, seen as a 10x IQR on an idle 2-core VM).
-        result["time_us"], result["time_spread_us"] = median_iqr_us(chunks or times)
+        result["time_us"], result["time_spread_us"] = median_iqr_us(chunks or times or [0.0])
         # The floor judges the fastest evidence the speed-up rests on: a chunk's statistic (on a CPU its
         # fastest call) below physics is a launch that skipped work, however slow the others were.
         fastest_us = min([result["time_us"]] + [t * 1e6 for t in chunks])
-        verdict = checks.verify()
-        if not verdict.ok:
-            raise Failure("wrong_result", one_line(f"{verdict.cause} in timed launches: {verdict.detail}"))
+        checks = reply.get("checks") or {}
+        if not checks.get("ok"):  # the launcher's own checks found a wrong launch (a report it cannot gain by)
+            raise Failure("wrong_result", one_line(f"{checks.get('cause')} in timed launches: {checks.get('detail')}"))
+        state = final_state(self.harness, cases, reply.get("last") or {})
+        if not state.ok:
+            status = "suspect" if state.cause == "suspect" else "wrong_result"
+            raise Failure(status, one_line(f"{state.cause} after the timed launches: {state.detail}"))
         if self.floor_us is None:
             self._measure_floor()
+        bound = timing_bounds(reply, wall, self.floor_us)
+        if bound:
+            raise Failure("suspect", one_line(bound))
         for _ in range(SUSPECT_REMEASURES):  # a busy moment may have under-measured the peaks
             if fastest_us >= self.floor_us:
                 break
@@ -283,7 +323,7 @@ class Protocol:
                                      f"(roofline {self.roofline_us:.2f} us at the measured peaks / {ALLOWANCE}{launch}): "
                                      "the kernel skips work or the timing does not measure it")
 
-    def _stability(self, kernel: Any, rng: random.Random, result: dict) -> Any:
+    def _stability(self, rng: random.Random, result: dict) -> Any:
         """Repeated launches on one fresh case, each re-poisoned: the share bit-identical to the first
         (compared on the device; a launch that differs is checked in full, and one out of tolerance
         makes the kernel ``unstable``). Stability is the mean of that determinism, the steadiness of
@@ -292,8 +332,9 @@ class Protocol:
         n, same, first = self.stability_launches, 0, None
         for j in range(n):
             self.harness.reset_outputs(case)
-            self.harness.launch(kernel, case)
-            self.runtime.synchronize()
+            reply = self.launcher.launch(case)
+            if reply.get("packed_modified"):
+                raise Failure("unstable", f"input_modified in stability launch {j + 1}/{n}: repacked weight changed")
             if first is None:
                 self._check(case, result, "unstable", f"in stability launch 1/{n}")
                 first = {t.name: self.arrays.clone(case.data[t.name]) for t in self.harness.written}
@@ -311,26 +352,7 @@ class Protocol:
 
     # -- timing ----------------------------------------------------------------------------------
     def _timing_cases(self, rng: random.Random) -> list:
-        return [self.harness.make_case(self.main, rng.getrandbits(31)) for _ in range(self.timing_cases)]
-
-    def _side(self, launch: Callable[[Any], None], cases: list, checks: LaunchChecks) -> Side:
-        """``launch`` rotating through ``cases``, with ``checks`` around every launch and, under the
-        ``cold`` policy, the caches emptied after each preparation: the one way kernels and
-        baselines alike are timed."""
-        if self.cache != "cold":
-            return Side(rotation(launch, cases), checks.before, checks.after)
-
-        def prepare(i: int) -> None:
-            checks.before(i)
-            self.runtime.evict(case_arrays(cases[i % len(cases)]))
-        return Side(rotation(launch, cases), prepare, checks.after)
-
-    def _time(self, launch: Callable[[Any], None], cases: list, checks: LaunchChecks) -> list[float]:
-        """Seconds per launch of ``launch`` alone (:meth:`_side`); reps adapt to ~``timing_target_s``."""
-        side = self._side(launch, cases, checks)
-        times = adaptive_times(self.runtime, side.fn, self.timing_target_s, before=side.before, after=side.after)
-        self.runtime.synchronize()
-        return times
+        return [self.harness.make_case(self.main, rng.getrandbits(31), mirror=True) for _ in range(self.timing_cases)]
 
     # -- baselines -------------------------------------------------------------------------------
     def baseline(self, seed: int, names: list | None = None) -> dict:
@@ -342,17 +364,13 @@ class Protocol:
         if self.peaks is None:  # measured once per sandbox; again only when a candidate beats the floor
             self._measure_floor()
         cases = self._timing_cases(rng)
-        entries: dict[str, dict] = {}
         fns = self.harness.baselines()
-        for name, fn in fns.items():
-            if names is None or name in names:
-                entries[name] = self._one_baseline(name, fn, cases, rng)
+        entries = time_baselines(self, [name for name in fns if names is None or name in names], cases, rng)
         timed = {n: e for n, e in entries.items() if e.get("time_us") is not None and e.get("verified")}
         if not timed:
             causes = "; ".join(f"{n}: {e.get('cause')}" for n, e in entries.items()) or "the workload has no baselines here"
             return {"status": "crashed", "cause": f"no baseline verified: {causes}"}
-        primary, paired = choose_primary(self.runtime, {n: e["time_us"] for n, e in timed.items()}, lambda n: self._side(
-            fns[n], cases, LaunchChecks(self.harness, cases, rng.getrandbits(31), check=False)), self.timing_target_s)
+        primary, paired = paired_primary(self, timed, cases, rng)
         for n, (us, spread) in paired.items():  # timed as the candidates are: these are the figures
             entries[n].update(single_us=entries[n]["time_us"], time_us=us, spread_us=spread)
         p = entries[primary]
@@ -376,25 +394,6 @@ class Protocol:
 
     def _evict_method(self) -> str:
         return self.runtime.evict_method() if self.cache == "cold" else ""
-
-    def _one_baseline(self, name: str, fn: Callable, cases: list, rng: random.Random) -> dict:
-        entry: dict[str, Any] = {"time_us": None, "spread_us": None, "verified": False, "cause": ""}
-        try:
-            case = self.harness.make_case(self.main, rng.getrandbits(31))
-            result = fn(case)
-            self.runtime.synchronize()
-            self.harness.accept_baseline_result(case, result)
-            chk = self.harness.check(case)
-            entry.update(verified=bool(chk.ok), max_abs_err=float(chk.max_abs_err), rel_err=float(chk.rel_err),
-                         cause="" if chk.ok else one_line(f"{chk.cause} {chk.detail}"))
-            entry["memory_bytes"] = self.io_bytes + int(self.harness.baseline_memory_bytes(name, case))
-            checks = LaunchChecks(self.harness, cases, rng.getrandbits(31), check=False)
-            entry["time_us"], entry["spread_us"] = median_iqr_us(self._time(fn, cases, checks))
-        except Exception as exc:
-            traceback.print_exc()
-            entry["cause"] = one_line(f"{type(exc).__name__}: {exc}")
-        return entry
-
 
 def _fmt(shape: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in shape.items())

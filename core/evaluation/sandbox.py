@@ -7,6 +7,11 @@ one request and one reply at a time, so each candidate's result comes back on it
 
 The child builds its *server* once (``spec["server"]``, ``"module:callable"``, called with the spec;
 the evaluator's is :class:`core.evaluation.protocol.Protocol`), then answers requests with ``server.handle``.
+The Protocol is a *judge* that never loads a kernel: it starts a launcher process of its own
+(:mod:`core.evaluation.judge`, :mod:`core.evaluation.launcher`) that loads and launches kernels on the
+judge's shared buffers. The launcher is the child's descendant: everything below applies to it (its
+kernels' processes are swept, its death is the reply's ``crashed``), and the child is not dumpable, so the
+launcher cannot reach into it.
 The parent's :class:`Sandbox` turns every way the child can fail into a reply dict:
 
 * no reply within the timeout -> ``{"status": "timeout"}``; the child is killed and restarted;
@@ -263,6 +268,7 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
     limits = dict(spec.get("limits") or {})
     workdir = _isolate(log_path, spec)
     keep: frozenset[int] = frozenset()
+    server: Any = None
     try:
         try:
             server = _load(spec.get("server", "core.evaluation.protocol:Protocol"))(spec)
@@ -297,6 +303,11 @@ def _child_main(conn: Any, spec: dict, log_path: str) -> None:
                     reply = _left_running(reply, left)
             conn.send(reply)
     finally:
+        if hasattr(server, "close"):  # the judge's launcher, asked to exit before the sweep
+            try:
+                server.close()
+            except Exception:
+                traceback.print_exc()
         sweep(keep)
         _remove_workdir(workdir)
 
@@ -328,6 +339,7 @@ def _isolate(log_path: str, spec: dict | None = None) -> str | None:
     except OSError:
         pass
     become_subreaper()  # orphans of its kernels' processes come back to it, to be swept
+    _undumpable()  # its launcher, which runs the kernels, can neither ptrace it nor open its memory
     limits = dict((spec or {}).get("limits") or {})
     _set_limit("RLIMIT_CORE", 0)  # a crashing kernel must not dump a core per candidate
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -357,6 +369,18 @@ def _isolate(log_path: str, spec: dict | None = None) -> str | None:
     print(f"[sandbox {os.getpid()}] started {time.strftime('%Y-%m-%d %H:%M:%S')} in {workdir or os.getcwd()}"
           + (f"; limits: {', '.join(applied)}" if applied else ""), flush=True)
     return workdir
+
+
+def _undumpable() -> bool:
+    """``prctl(PR_SET_DUMPABLE, 0)``: a process of the same user without CAP_SYS_PTRACE (the launcher drops
+    it, :func:`core.evaluation.launcher.drop_privileges`) can no longer ptrace this one or open its
+    ``/proc/<pid>/mem``. The launcher, started by ``exec``, is dumpable again (its own parent may watch it)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _exit_with_parent(parent: int) -> None:

@@ -123,7 +123,8 @@ def main(manifest_path: Path, argv: list[str]) -> int:
     k = manifest["kernel"]
     kernel = KernelSource(k["backend"], k["source"], k["entry"], tuple(k["flags"]), k["launch"], k["resources"])
     spec = {"backend": kernel.backend, "device": args.device, "workload": manifest["workload"], "problem": problem,
-            "stability_launches": args.stability_launches, "timing_target_s": args.seconds}
+            "stability_launches": args.stability_launches, "timing_target_s": args.seconds,
+            "launcher": "inline"}  # your own kernel, in this process (core.evaluation.judge: no separate launcher)
     with tempfile.TemporaryDirectory(prefix="abebot-kernel-") as cache:
         protocol = Protocol(spec)
         artifact = protocol.backend.compile(kernel, Path(cache))
