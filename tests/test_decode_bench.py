@@ -130,3 +130,10 @@ def test_the_baseline_with_each_layer_compiled_matches_the_reference_as_the_posi
     finally:
         torch._dynamo.reset()
     assert r["max_abs_error"] < 1e-4 and r["argmax_agree"] + r["close_steps_agree"] == 3
+
+
+def test_every_tensor_of_the_rotary_embedding_is_made_on_the_models_device():
+    """The H200's first decode step failed on a CPU ``inv_freq`` beside CUDA positions (call 66)."""
+    from core.library.decode_model import RotaryEmbedding
+
+    assert RotaryEmbedding(64, 128, device="meta").inv_freq.device.type == "meta"

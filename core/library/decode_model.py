@@ -53,10 +53,12 @@ class RMSNorm(nn.Module):
 class RotaryEmbedding(nn.Module):
     """NeoX rotary embedding, vLLM's ``forward(positions, query, key) -> (query, key)``."""
 
-    def __init__(self, head: int, max_position_embeddings: int, base: float = 500000.0):
+    def __init__(self, head: int, max_position_embeddings: int, base: float = 500000.0, device=None):
         super().__init__()
         self.head, self.max_position_embeddings = head, max_position_embeddings
-        self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, head, 2).float() / head), persistent=False)
+        # On the model's device: a CPU inv_freq beside CUDA positions failed the H200's first step (call 66).
+        inv_freq = 1.0 / base ** (torch.arange(0, head, 2, device=device).float() / head)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, positions, query, key):
         cos, sin = _cos_sin(positions, self.inv_freq, query.dtype)
@@ -102,7 +104,7 @@ class Attention(nn.Module):
         self.heads, self.kv_heads, self.head = s.heads, s.kv_heads, s.head_dim
         self.qkv_proj = random_quant(s.hidden, (s.heads + 2 * s.kv_heads) * s.head_dim, dtype, device)
         self.o_proj = random_quant(s.heads * s.head_dim, s.hidden, dtype, device)
-        self.rotary_emb = RotaryEmbedding(s.head_dim, max_positions)
+        self.rotary_emb = RotaryEmbedding(s.head_dim, max_positions, device=device)
 
     def forward(self, positions, x, k_cache, v_cache, meta):
         h, kv, d = self.heads, self.kv_heads, self.head
