@@ -14,7 +14,8 @@ What it does to a real ``python -m core run`` (then ``resume``), on the C backen
 * a REAL full disk during compiles (``--full-disks``): the runs folder, compile cache (``.cache``)
   included, is a small tmpfs mounted for the soak (``mount -t tmpfs``: root; where mount is refused the
   event is skipped and the report says why); when a compile is in flight (a compiler process under the
-  worker) a filler file takes the tmpfs to ENOSPC and is held, then deleted. The run must show a pause,
+  worker; the wrapper holds each compile 1 s during the event, so the compile meets the full disk) a
+  filler file takes the tmpfs to ENOSPC and is held, then deleted. The run must show a pause,
   resume by itself, store no candidate as failed for want of space, and lose or duplicate nothing;
 * the dashboard (``streamlit run app.py``, headless on a localhost port) stopped and started again
   while the run goes on, its health URL and page checked each time;
@@ -133,6 +134,7 @@ class Soak:
         self.run_id = self.res.run_id
         self.dir = self.runs / self.run_id
         self.flag = self.work / "crash-burst.flag"
+        self.slow_flag = self.work / "slow-compile.flag"
         self.filler = self.runs / ".soak-filler"
         self.proc: subprocess.Popen | None = None
         self.dash: subprocess.Popen | None = None
@@ -182,7 +184,10 @@ class Soak:
         cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
         (self.work / "burst.c").write_text(BURST_C)
         wrapper = self.work / "burst-cc.sh"
-        wrapper.write_text(f'#!/bin/sh\ncase " $* " in *" -shared "*) exec {cc} "$@" "{self.work / "burst.c"}";; esac\n'
+        # while the slow flag exists a compile waits 1 s before the compiler runs: the full-disk event
+        # fills the disk in that second, so the compile meets ENOSPC whatever the machine's speed
+        wrapper.write_text(f'#!/bin/sh\n[ -e "{self.slow_flag}" ] && sleep 1\n'
+                           f'case " $* " in *" -shared "*) exec {cc} "$@" "{self.work / "burst.c"}";; esac\n'
                            f'exec {cc} "$@"\n')
         wrapper.chmod(0o755)
         return wrapper
@@ -353,10 +358,14 @@ class Soak:
         t, log = self.elapsed(), self.dir / "worker.log"
         log_from = _size(log)
         deadline, compiling = time.monotonic() + 120, False
-        while time.monotonic() < deadline and not compiling and self.proc.poll() is None:
-            compiling = bool(compilers(self.proc.pid))
-            time.sleep(0.02)
-        filled = fill_to_enospc(self.filler)
+        self.slow_flag.touch()
+        try:
+            while time.monotonic() < deadline and not compiling and self.proc.poll() is None:
+                compiling = bool(compilers(self.proc.pid))
+                time.sleep(0.02)
+            filled = fill_to_enospc(self.filler)
+        finally:
+            self.slow_flag.unlink(missing_ok=True)
         free_after_fill = shutil.disk_usage(self.runs).free
         paused = self.wait_for(lambda: self.heartbeat().get("paused_for") == "disk", 120, "the pause on a full disk")
         hb, gen_at_pause = self.heartbeat(), self.committed()
@@ -539,6 +548,7 @@ class Soak:
 
     def finish(self) -> None:
         self.flag.unlink(missing_ok=True)
+        self.slow_flag.unlink(missing_ok=True)
         self.filler.unlink(missing_ok=True)
         if self.proc is not None and self.proc.poll() is None:
             from store.control import write_control
