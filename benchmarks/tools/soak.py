@@ -5,8 +5,9 @@ What it does to a real ``python -m core run`` (then ``resume``), on the C backen
 * kill -9 of the worker's whole process group at random moments (a random delay after the
   resumed worker has committed at least one generation, so the run always moves on), then resume;
 * crash bursts in the sandbox: the compiler is ``$CC`` (a documented knob of the C backend), here a
-  wrapper that links a constructor into every kernel; the constructor raises SIGSEGV while the burst
-  flag file exists, so during a burst every kernel the sandbox loads kills it, as a crashing kernel
+  wrapper that links a constructor into every candidate kernel (those compiled into the run's cache;
+  not the helpers the sandbox builds for itself); the constructor raises SIGSEGV while the burst flag
+  file exists, so during a burst every candidate the sandbox loads kills it, as a crashing kernel
   would (the worker itself never loads kernels);
 * the disk filling up: the threshold ``$ABEBOT_MIN_FREE_BYTES`` is set below the free space at the
   start and a filler file (fallocate) takes the free space under it; the run must show a disk-full
@@ -126,7 +127,7 @@ class Soak:
 
     def __init__(self, opts: Options):
         self.o = opts
-        self.work = Path(opts.work_dir or tempfile.mkdtemp(prefix="abebot-soak-"))
+        self.work = Path(opts.work_dir or tempfile.mkdtemp(prefix="abebot-soak-")).absolute()
         self.runs = self.work / "runs"
         self.runs.mkdir(parents=True, exist_ok=True)
         self.res = Result(run_id=f"soak-{opts.workload}-{opts.seed}")
@@ -184,10 +185,13 @@ class Soak:
         cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
         (self.work / "burst.c").write_text(BURST_C)
         wrapper = self.work / "burst-cc.sh"
-        # while the slow flag exists a compile waits 1 s before the compiler runs: the full-disk event
+        # candidates only (compiled into the run's cache): a helper the sandbox builds for itself with $CC
+        # (core/backends/cpu_cache.py) stays sound, so a sandbox started during a burst still times its baseline.
+        # While the slow flag exists a compile waits 1 s before the compiler runs: the full-disk event
         # fills the disk in that second, so the compile meets ENOSPC whatever the machine's speed
         wrapper.write_text(f'#!/bin/sh\n[ -e "{self.slow_flag}" ] && sleep 1\n'
-                           f'case " $* " in *" -shared "*) exec {cc} "$@" "{self.work / "burst.c"}";; esac\n'
+                           f'case " $* " in *" -shared "*"{self.runs / ".cache" / "c"}/"*) '
+                           f'exec {cc} "$@" "{self.work / "burst.c"}";; esac\n'
                            f'exec {cc} "$@"\n')
         wrapper.chmod(0o755)
         return wrapper
