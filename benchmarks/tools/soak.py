@@ -114,6 +114,7 @@ class Result:
     notes: list[str] = field(default_factory=list)  # what was skipped and why (a refused mount)
     disk_lethal: int = 0  # candidates stored failed with a full-disk error (must stay 0)
     nice: int = field(default_factory=lambda: os.getpriority(os.PRIO_PROCESS, 0))  # the soak's niceness
+    started_at: float = field(default_factory=time.time)  # epoch seconds
     samples: list[dict] = field(default_factory=list)  # t, generation, segment, rss_bytes, db_(file_)bytes, wal_bytes, live_bytes
     checks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)

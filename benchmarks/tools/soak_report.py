@@ -115,7 +115,7 @@ def write_report(res, opts, soak, path: Path) -> None:
         "# Soak report", "",
         f"Command: `nice -n {getattr(res, 'nice', 0)} {res.command}` (from the repository root)", "",
         f"Machine: {platform.node()} · {platform.processor() or platform.machine()} · "
-        f"{_cpus()} CPUs (shared with other work) · {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
+        f"{_cpus()} CPUs (shared with other work) · " + _when(res), "",
         f"Run: `{opts.workload}` on the C backend, problem `{opts.problem}`, population {opts.population}, 1 elite, "
         "2 baseline timings per generation, seed " + str(opts.seed) + ".", "",
         "## Outcome", "",
@@ -214,10 +214,13 @@ def write_report(res, opts, soak, path: Path) -> None:
            "in memory the hash of every genome of the run, so that none is evaluated twice, and the measures "
            "of the population only (`core/search/known.py`); a committed measure is read back from the database when "
            f"needed. Those hashes take {known_per_genome:.0f} bytes per genome (tracemalloc, this run's genomes). "
-           "The rest is not attributed here. Without evaluation the GA loop and the writer grow more slowly than the data, or not at all "
-           "(`benchmarks/tools/multihost_rates.py` prints the RSS slope of the loop with a stand-in evaluator; "
-           "`benchmarks/tools/writer_memory.py` replays a run into a writer alone), which points at the evaluation "
-           "path (compile threads, sandbox calls).", ""] if longest and inds else []),
+           "The rest is split by allocator, commit by commit, in a run left alone by "
+           "`python -m benchmarks.tools.worker_tracemalloc DIR 900 150 4 --breakdown` (Python's arenas, glibc's heap, "
+           "Arrow, DuckDB's buffers, mapped files, the anonymous rest); the writer reopens its database every 256 "
+           "commits (`store/writer.py`), which gives DuckDB's share back; docs/multihost.md has the figures. A "
+           "process between kills lives a few hundred generations at most here, so its slope is mostly warm-up "
+           "(the evaluator's bounded cache of 4,096 machine codes, the compile cache, DuckDB's cache).", ""]
+          if longest and inds else []),
         "## Checks", "", *[f"- {c}" for c in res.checks], "",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,6 +258,17 @@ def _size(p: Path) -> int:
         return 0
 
 
+def _when(res) -> str:
+    """The soak's start and end (UTC), and when the report was rendered if later."""
+    now, start = time.time(), getattr(res, "started_at", None)
+    fmt = lambda t, f="%Y-%m-%d %H:%M": time.strftime(f, time.gmtime(t))  # noqa: E731
+    if not start:
+        return f"rendered {fmt(now)} UTC"
+    end = start + res.wall_s
+    text = f"soak {fmt(start)}-{fmt(end, '%H:%M')} UTC"
+    return text + (f" (report rendered again from report.json at {fmt(now, '%H:%M')})" if now - end > 120 else "")
+
+
 def _cpus() -> int:
     return len(os.sched_getaffinity(0))
 
@@ -271,7 +285,8 @@ def main(argv: list[str]) -> int:
 
     saved = Path(argv[0])
     res = Result(**json.loads(saved.read_text()))
-    opts, report = parse_options(shlex.split(res.command)[2:])
+    words = shlex.split(res.command)  # python -m benchmarks.tools.soak ARGS...
+    opts, report = parse_options(words[words.index("benchmarks.tools.soak") + 1:])
     on_tmpfs = opts.full_disks > 0 and not res.notes
     write_report(res, opts, SimpleNamespace(dir=opts.work_dir / "runs" / res.run_id, min_free=TMPFS_MIN_FREE if on_tmpfs else 0,
                                             margin=TMPFS_MIN_FREE // 2 if on_tmpfs else FREE_MARGIN), report)

@@ -10,9 +10,10 @@ Two modes:
 * ``--breakdown``: no tracing; after every commit the RSS split into what can be told apart --
   Python's small-object arenas (pymalloc), glibc's heap in use and free-but-kept (``mallinfo2``: Python's
   larger objects, NumPy's, the C libraries'), Arrow's memory pool,
-  DuckDB's buffer-managed memory (``duckdb_memory()`` on the writer's connection) and the rest (DuckDB's
-  own allocator, thread stacks, mapped libraries) -- and each part's growth per 1,000 generations by
-  least squares over the second half.
+  DuckDB's buffer-managed memory (``duckdb_memory()`` on the writer's connection), the RSS of mapped
+  files (libraries) and the anonymous rest (DuckDB's own allocator, thread stacks...) -- and each part's
+  growth per 1,000 generations by least squares after the warm-up and over its second half. (The
+  allocators' figures are what they hold, resident or not, so the rest is approximate.)
 
     python3 -m benchmarks.tools.worker_tracemalloc RUNS_DIR [GENERATIONS [WARM [POPULATION]]] [--breakdown]
         [--reopen-every N]
@@ -84,11 +85,14 @@ def breakdown(writer) -> dict[str, int]:
         duck = int(writer._db.sql("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchall()[0][0] or 0)
     except Exception:  # noqa: BLE001 - between a close and an open
         duck = 0
-    total = rss()
-    parts = {"rss": total, "python_arenas": pymalloc_arenas(), "glibc_in_use": used, "glibc_free_kept": kept,
-             "arrow": pa.total_allocated_bytes(),
-             "duckdb_buffers": duck}
-    parts["rest"] = total - sum(v for k, v in parts.items() if k != "rss")
+    status = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in open("/proc/self/status")
+              if line.startswith(("VmRSS", "RssAnon", "RssFile"))}
+    parts = {"rss": status.get("VmRSS", 0), "rss_file": status.get("RssFile", 0), "rss_anon": status.get("RssAnon", 0),
+             "python_arenas": pymalloc_arenas(), "glibc_in_use": used, "glibc_free_kept": kept,
+             "arrow": pa.total_allocated_bytes(), "duckdb_buffers": duck}
+    # the anonymous memory none of the above accounts for: DuckDB's own allocator, thread stacks...
+    parts["anon_rest"] = parts["rss_anon"] - sum(parts[k] for k in ("python_arenas", "glibc_in_use", "glibc_free_kept",
+                                                                      "arrow", "duckdb_buffers"))
     return parts
 
 
