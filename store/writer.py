@@ -32,7 +32,7 @@ COMPACT_EVERY = 64  # per-generation Parquet files merged into one chunk, so rea
 # The database instance keeps memory that grows with the run whatever its memory_limit (about 2 kB per
 # individual, the rate the file grows: issue 36); closing it gives that back, so the writer reopens its
 # connection (a CHECKPOINT, a close and an open: tens of milliseconds) every REOPEN_EVERY commits or
-# REOPEN_ROWS individual rows, whichever comes first.
+# REOPEN_ROWS individual rows, whichever comes first, then hands glibc's free heap back (trim_heap).
 REOPEN_EVERY = 256
 REOPEN_ROWS = 16_384
 KEEP_STATES = 4  # GA states kept (all genomes stay in ``individuals``; a state holds the RNG too)
