@@ -10,6 +10,7 @@ only logs a warning: it never fails a commit or an open.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import threading
@@ -31,7 +32,7 @@ COMPACT_EVERY = 64  # per-generation Parquet files merged into one chunk, so rea
 # The database instance keeps memory that grows with the run whatever its memory_limit (about 2 kB per
 # individual, the rate the file grows: issue 36); closing it gives that back, so the writer reopens its
 # connection (a CHECKPOINT, a close and an open: tens of milliseconds) every REOPEN_EVERY commits or
-# REOPEN_ROWS individual rows, whichever comes first.
+# REOPEN_ROWS individual rows, whichever comes first, then hands glibc's free heap back (trim_heap).
 REOPEN_EVERY = 256
 REOPEN_ROWS = 16_384
 KEEP_STATES = 4  # GA states kept (all genomes stay in ``individuals``; a state holds the RNG too)
@@ -310,6 +311,7 @@ class RunWriter(LiveMirror):
         self._con = None
         self._con = connect(self.path / DB)
         self._commits = self._rows = 0
+        trim_heap()
 
     # -- live/ mirror ------------------------------------------------------------------------------
     @property
@@ -322,6 +324,26 @@ class RunWriter(LiveMirror):
     def _live(self) -> Path:
         return self.path / LIVE
 
+
+
+def trim_heap() -> bool:
+    """Give glibc's free heap memory back to the system (``malloc_trim(0)``); False where there is none
+    (not glibc). The writer calls it after reopening its database: what the closed connection's Python
+    side freed otherwise stays in the process as free-but-kept heap (issue 36)."""
+    global _TRIM
+    if _TRIM is None:
+        try:
+            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+            _TRIM.argtypes, _TRIM.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):
+            _TRIM = False
+    if not _TRIM:
+        return False
+    _TRIM(0)
+    return True
+
+
+_TRIM = None
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple | None:

@@ -5,28 +5,38 @@ What it does to a real ``python -m core run`` (then ``resume``), on the C backen
 * kill -9 of the worker's whole process group at random moments (a random delay after the
   resumed worker has committed at least one generation, so the run always moves on), then resume;
 * crash bursts in the sandbox: the compiler is ``$CC`` (a documented knob of the C backend), here a
-  wrapper that links a constructor into every kernel; the constructor raises SIGSEGV while the burst
-  flag file exists, so during a burst every kernel the sandbox loads kills it, as a crashing kernel
+  wrapper that links a constructor into every candidate kernel (those compiled into the run's cache;
+  not the helpers the sandbox builds for itself); the constructor raises SIGSEGV while the burst flag
+  file exists, so during a burst every candidate the sandbox loads kills it, as a crashing kernel
   would (the worker itself never loads kernels);
 * the disk filling up: the threshold ``$ABEBOT_MIN_FREE_BYTES`` is set below the free space at the
   start and a filler file (fallocate) takes the free space under it; the run must show a disk-full
   pause and resume by itself when the filler goes;
+* a REAL full disk during compiles (``--full-disks``): the runs folder, compile cache (``.cache``)
+  included, is a small tmpfs mounted for the soak (``mount -t tmpfs``: root; where mount is refused the
+  event is skipped and the report says why); when a compile is in flight (a compiler process under the
+  worker; the wrapper holds each compile 1 s during the event, so the compile meets the full disk) a
+  filler file takes the tmpfs to ENOSPC and is held, then deleted. The run must show a pause,
+  resume by itself, store no candidate as failed for want of space, and lose or duplicate nothing;
 * the dashboard (``streamlit run app.py``, headless on a localhost port) stopped and started again
-  while the run goes on, its health URL and page checked each time.
+  while the run goes on, its health URL and page checked each time;
+* a Stop and a Pause written to control.json, each resumed from the CLI, and a damaged live/ file.
 
 After every kill it opens the database (read-only, the worker being dead) and checks that every
 generation committed before is still there unchanged, that generation numbers are 0..N with no gap
 and that no generation holds more individuals than the population. It samples the worker's RSS and
-the database's size against the committed generation. Long form::
+the database's size against the committed generation, and the sandbox's (the worker's child running
+kernels) RSS and memory mappings (lines of ``/proc/<pid>/maps``). Long form::
 
-    nice -n 10 python -m benchmarks.tools.soak --minutes 15 --kills 12 --report benchmarks/reports/soak/report.md
+    nice -n 19 python -m benchmarks.tools.soak --minutes 25 --quiet-fraction 0.5 --full-disks 2 \
+        --control-cycles 2 --mirror-damages 2 --report benchmarks/reports/soak/report.md
 
 ``tests/test_soak.py`` runs the short form through :func:`run_soak`.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import errno
 import os
 import random
 import shutil
@@ -42,9 +52,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.tools.soak_machine import (compilers, fill_to_enospc, maps as _maps, read_from as _read_from,  # noqa: E402
+                                           rss as _rss, sandbox_pid, size as _size, tree_size as _tree_size)
 from store.runs import read_json  # noqa: E402
 
 FREE_MARGIN = 2 << 30  # the disk-full threshold sits this far below the free space at the start
+TMPFS_MIN_FREE = 4 << 20  # on the soak's tmpfs: the threshold, ABEBOT_MIN_FREE_BYTES
+TMPFS_CACHE_BYTES = 32 << 20  # on the soak's tmpfs: the compile cache's cap, ABEBOT_CACHE_BYTES
+ENOSPC_TEXT = (os.strerror(errno.ENOSPC), "Errno 28", "ENOSPC", os.strerror(errno.EDQUOT))
 
 BURST_C = r"""
 #include <signal.h>
@@ -70,6 +85,9 @@ class Options:
     dashboard_restarts: int = 2
     control_cycles: int = 0  # each: a Stop, and a Pause then a kill -9, from control.json, resumed from the CLI
     mirror_damages: int = 0  # a truncated live/ file, which the next commit must rewrite
+    full_disks: int = 0  # the runs folder's tmpfs filled to ENOSPC while a candidate compiles
+    tmpfs_mib: int = 256  # that tmpfs's size (mounted only when full_disks > 0)
+    full_hold_s: float = 6.0
     quiet_fraction: float = 0.3  # the last part of the soak runs without kills, for a clean RSS slope
     population: int = 4
     workload: str = "rmsnorm"
@@ -92,6 +110,11 @@ class Result:
     dashboard: list[dict] = field(default_factory=list)
     controls: list[dict] = field(default_factory=list)  # a Stop or a Pause from control.json, resumed by `resume`
     mirrors: list[dict] = field(default_factory=list)  # a damaged live/ file and whether the next commit rewrote it
+    full_disks: list[dict] = field(default_factory=list)  # the tmpfs filled to ENOSPC during a compile
+    notes: list[str] = field(default_factory=list)  # what was skipped and why (a refused mount)
+    disk_lethal: int = 0  # candidates stored failed with a full-disk error (must stay 0)
+    nice: int = field(default_factory=lambda: os.getpriority(os.PRIO_PROCESS, 0))  # the soak's niceness
+    started_at: float = field(default_factory=time.time)  # epoch seconds
     samples: list[dict] = field(default_factory=list)  # t, generation, segment, rss_bytes, db_(file_)bytes, wal_bytes, live_bytes
     checks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -105,23 +128,55 @@ class Soak:
 
     def __init__(self, opts: Options):
         self.o = opts
-        self.work = Path(opts.work_dir or tempfile.mkdtemp(prefix="abebot-soak-"))
+        self.work = Path(opts.work_dir or tempfile.mkdtemp(prefix="abebot-soak-")).absolute()
         self.runs = self.work / "runs"
         self.runs.mkdir(parents=True, exist_ok=True)
-        self.run_id = f"soak-{opts.workload}-{opts.seed}"
+        self.res = Result(run_id=f"soak-{opts.workload}-{opts.seed}")
+        self.tmpfs = opts.full_disks > 0 and self._mount_tmpfs()
+        self.run_id = self.res.run_id
         self.dir = self.runs / self.run_id
         self.flag = self.work / "crash-burst.flag"
+        self.slow_flag = self.work / "slow-compile.flag"
         self.filler = self.runs / ".soak-filler"
-        self.res = Result(run_id=self.run_id)
         self.proc: subprocess.Popen | None = None
         self.dash: subprocess.Popen | None = None
         self.segment = 0
         self.fingerprints: dict[int, str] = {}
-        self.margin = FREE_MARGIN
+        self.margin = min(FREE_MARGIN, TMPFS_MIN_FREE // 2) if self.tmpfs else FREE_MARGIN
+        self.min_free = TMPFS_MIN_FREE if self.tmpfs else shutil.disk_usage(self.runs).free - self.margin
         self.env = dict(os.environ, CC=str(self._compiler()), ABEBOT_SOAK_CRASH_FLAG=str(self.flag),
                         ABEBOT_DISK_POLL_S="0.5", ABEBOT_RUNS_DIR=str(self.runs), PYTHONUNBUFFERED="1",
-                        ABEBOT_MIN_FREE_BYTES=str(shutil.disk_usage(self.runs).free - self.margin))
+                        ABEBOT_MIN_FREE_BYTES=str(self.min_free))
+        if self.tmpfs:
+            self.env["ABEBOT_CACHE_BYTES"] = str(TMPFS_CACHE_BYTES)
         self._stop = threading.Event()
+
+    def _mount_tmpfs(self) -> bool:
+        """Mount a tmpfs of ``tmpfs_mib`` on the runs folder; False (and a note) where mount is refused."""
+        try:
+            out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.o.tmpfs_mib}m", "tmpfs", str(self.runs)],
+                                 capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            out = subprocess.CompletedProcess([], 1, "", str(exc))
+        if out.returncode != 0:
+            why = (out.stderr or out.stdout).strip().splitlines()
+            self.res.notes.append(f"full disk during compiles skipped: mount -t tmpfs refused "
+                                  f"({why[0] if why else f'exit {out.returncode}'})")
+            return False
+        return True
+
+    def _unmount_tmpfs(self) -> None:
+        """Copy the run folder off the tmpfs (the compile cache stays), unmount it, put the copy where the
+        run was: the report and a later look read it there."""
+        keep = self.work / "run-off-tmpfs"
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(self.dir, keep, ignore=shutil.ignore_patterns("worker.lock"))
+        for flags in ([], ["-l"]):
+            if subprocess.run(["umount", *flags, str(self.runs)], capture_output=True).returncode == 0:
+                break
+        self.tmpfs = False
+        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.move(str(keep), str(self.dir))
 
     def say(self, line: str) -> None:
         if self.o.log:
@@ -131,7 +186,13 @@ class Soak:
         cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
         (self.work / "burst.c").write_text(BURST_C)
         wrapper = self.work / "burst-cc.sh"
-        wrapper.write_text(f'#!/bin/sh\ncase " $* " in *" -shared "*) exec {cc} "$@" "{self.work / "burst.c"}";; esac\n'
+        # candidates only (compiled into the run's cache): a helper the sandbox builds for itself with $CC
+        # (core/backends/cpu_cache.py) stays sound, so a sandbox started during a burst still times its baseline.
+        # While the slow flag exists a compile waits 1 s before the compiler runs: the full-disk event
+        # fills the disk in that second, so the compile meets ENOSPC whatever the machine's speed
+        wrapper.write_text(f'#!/bin/sh\n[ -e "{self.slow_flag}" ] && sleep 1\n'
+                           f'case " $* " in *" -shared "*"{self.runs / ".cache" / "c"}/"*) '
+                           f'exec {cc} "$@" "{self.work / "burst.c"}";; esac\n'
                            f'exec {cc} "$@"\n')
         wrapper.chmod(0o755)
         return wrapper
@@ -191,6 +252,9 @@ class Soak:
                 " || ':' || status || ':' || origin, ',' ORDER BY genome_hash, origin)) FROM individuals GROUP BY ALL"
             ).fetchall()
             self.res.crashed_rows = con.execute("SELECT count(*) FROM individuals WHERE status = 'crashed'").fetchone()[0]
+            like = " OR ".join("coalesce(cause, '') ILIKE ?" for _ in ENOSPC_TEXT)
+            disk_lethal = con.execute(f"SELECT count(*) FROM individuals WHERE status <> 'ok' AND ({like})",
+                                      [f"%{t}%" for t in ENOSPC_TEXT]).fetchone()[0]
         finally:
             con.close()
         prints = {g: fp for g, _, fp in rows}
@@ -207,6 +271,9 @@ class Soak:
         if heartbeat_generation is not None and heartbeat_generation > (gens[-1] if gens else -1):
             self.res.problems.append(f"{when}: heartbeat said generation {heartbeat_generation} was committed, "
                                      f"the database ends at {gens[-1] if gens else None}")
+        if disk_lethal > self.res.disk_lethal:
+            self.res.problems.append(f"{when}: {disk_lethal} candidates stored as failed with a full-disk error")
+        self.res.disk_lethal = disk_lethal
         self.fingerprints = prints
         self.res.generations = gens
         self.res.checks.append(f"{when}: generations 0..{gens[-1] if gens else -1} contiguous, "
@@ -225,9 +292,12 @@ class Soak:
             if rss is None:
                 continue
             db, wal = _size(self.dir / "run.duckdb"), _size(self.dir / "run.duckdb.wal")
+            box = sandbox_pid(proc.pid)
             self.res.samples.append({"t": round(self.elapsed(), 1), "generation": self.committed(), "segment": self.segment,
                                      "rss_bytes": rss, "db_bytes": db + wal, "db_file_bytes": db, "wal_bytes": wal,
-                                     "live_bytes": _tree_size(self.dir / "live")})
+                                     "live_bytes": _tree_size(self.dir / "live"), "sandbox_pid": box,
+                                     "sandbox_rss_bytes": _rss(box) if box else None,
+                                     "sandbox_maps": _maps(box) if box else None})
 
     def crashed_live(self) -> int:
         """Candidates stored as crashed, read from live/ as the dashboard reads them."""
@@ -238,6 +308,19 @@ class Soak:
         except Exception:  # a live file replaced under us: the next look sees the new one
             return -1
         return int((inds["status"] == "crashed").sum()) if "status" in inds else 0
+
+    def disk_lethal_live(self) -> int:
+        """Candidates stored as failed with a full-disk error, read from live/ (the worker holds the database)."""
+        from store.reader import RunReader
+
+        try:
+            inds = RunReader(self.dir).individuals(columns=["status", "cause"])
+        except Exception:  # noqa: BLE001 - a live file replaced under us: the check at the end reads the database
+            return 0
+        if "cause" not in inds:
+            return 0
+        bad = inds[inds["status"] != "ok"]["cause"].fillna("").astype(str)
+        return int(sum(any(t.lower() in c.lower() for t in ENOSPC_TEXT) for c in bad))
 
     def crash_burst(self) -> None:
         """Kernels crash while the flag exists: at least ``burst_s``, and on until a crash is stored
@@ -255,10 +338,10 @@ class Soak:
     def disk_pause(self) -> None:
         """Take the free space under the threshold, see the run pause, give it back, see it resume."""
         t = self.elapsed()
-        need = self.margin * 2
         free = shutil.disk_usage(self.runs).free
+        need = free - self.min_free + self.margin  # leaves `margin` less than the threshold free
         with open(self.filler, "wb") as f:
-            os.posix_fallocate(f.fileno(), 0, min(need, max(free - (64 << 20), 1)))
+            os.posix_fallocate(f.fileno(), 0, min(need, max(free - (64 << 20), 1)) if not self.tmpfs else max(need, 1))
         paused = self.wait_for(lambda: self.heartbeat().get("paused_for") == "disk", 120, "the disk-full pause")
         hb = self.heartbeat()
         gen_at_pause = self.committed()
@@ -272,6 +355,41 @@ class Soak:
         self.res.pauses.append({"t": round(t, 1), "paused": paused, "status": hb.get("status"), "message": hb.get("message"),
                                 "held_generation": held, "resumed": resumed, "seconds": round(self.elapsed() - t, 1)})
         self.say(f"disk pause: paused={paused} resumed={resumed} ({hb.get('message', '')[:80]})")
+
+    def full_disk(self) -> None:
+        """When a compile is in flight, fill the runs folder's tmpfs to ENOSPC, hold it, delete the filler:
+        the run must pause (a compile waiting for room, or the check before a commit), resume by itself,
+        and store no candidate as failed for want of space."""
+        t, log = self.elapsed(), self.dir / "worker.log"
+        log_from = _size(log)
+        deadline, compiling = time.monotonic() + 120, False
+        self.slow_flag.touch()
+        try:
+            while time.monotonic() < deadline and not compiling and self.proc.poll() is None:
+                compiling = bool(compilers(self.proc.pid))
+                time.sleep(0.02)
+            filled = fill_to_enospc(self.filler)
+        finally:
+            self.slow_flag.unlink(missing_ok=True)
+        free_after_fill = shutil.disk_usage(self.runs).free
+        paused = self.wait_for(lambda: self.heartbeat().get("paused_for") == "disk", 120, "the pause on a full disk")
+        hb, gen_at_pause = self.heartbeat(), self.committed()
+        time.sleep(self.o.full_hold_s)
+        held = self.committed() == gen_at_pause
+        self.filler.unlink(missing_ok=True)
+        resumed = self.wait_for(lambda: self.heartbeat().get("status") == "running" and self.committed() > gen_at_pause,
+                                180, "the run to resume after the full disk")
+        text = _read_from(log, log_from)
+        row = {"t": round(t, 1), "compiling_at_fill": compiling, "filled_bytes": filled,
+               "free_after_fill": free_after_fill, "paused": paused, "status": hb.get("status"),
+               "message": hb.get("message"), "compile_waited": "a compile found the disk full" in text,
+               "commit_waited": "not committed, the disk is full" in text, "held_generation": held,
+               "resumed": resumed, "seconds": round(self.elapsed() - t, 1)}
+        row["disk_lethal_live"] = self.disk_lethal_live()
+        self.res.full_disks.append(row)
+        if not (paused and resumed) or row["disk_lethal_live"]:
+            self.res.problems.append(f"a full disk during compiles was not ridden out: {row}")
+        self.say(f"full disk: {row}")
 
     def control_then_resume(self, command: str) -> None:
         """A Stop (the worker exits) or a Pause (then the worker is killed, as by a reboot) written to
@@ -384,7 +502,9 @@ class Soak:
                         [(budget * (i + 1) / (o.dashboard_restarts + 1), "dash") for i in range(o.dashboard_restarts)] +
                         [(noisy_until * (i + 0.3) / max(o.control_cycles, 1), c) for i in range(o.control_cycles)
                          for c in ("stop", "pause")] +
-                        [(noisy_until * (i + 0.6) / max(o.mirror_damages, 1), "mirror") for i in range(o.mirror_damages)])
+                        [(noisy_until * (i + 0.6) / max(o.mirror_damages, 1), "mirror") for i in range(o.mirror_damages)] +
+                        [(noisy_until * (i + 0.45) / max(o.full_disks, 1), "full") for i in range(o.full_disks)
+                         if self.tmpfs])
         kill_every = noisy_until / max(o.kills, 1)
         sampler = threading.Thread(target=self.sampler, daemon=True)
         sampler.start()
@@ -410,6 +530,8 @@ class Soak:
                         self.control_then_resume(kind)
                     elif kind == "mirror":
                         self.damage_mirror()
+                    elif kind == "full":
+                        self.full_disk()
                     else:
                         self.stop_dashboard()
                         self.say(f"dashboard restarted: {self.start_dashboard()}")
@@ -431,6 +553,7 @@ class Soak:
 
     def finish(self) -> None:
         self.flag.unlink(missing_ok=True)
+        self.slow_flag.unlink(missing_ok=True)
         self.filler.unlink(missing_ok=True)
         if self.proc is not None and self.proc.poll() is None:
             from store.control import write_control
@@ -447,32 +570,13 @@ class Soak:
         self.res.final_status = str(self.heartbeat().get("status"))
         self.verify("at the end")
         self.res.wall_s = round(self.elapsed(), 1)
+        if self.tmpfs:
+            self._unmount_tmpfs()
 
 
 def _gaps(gens: list[int]) -> str:
     missing = sorted(set(range(gens[-1] + 1)) - set(gens)) if gens else []
     return f"missing {missing[:5]}" if missing else f"duplicates or a bad start: {gens[:5]}"
-
-
-def _rss(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _tree_size(path: Path) -> int:
-    return sum(_size(p) for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
 def _get(url: str) -> str | None:
@@ -501,6 +605,9 @@ def parse_options(argv: list[str]) -> tuple[Options, Path]:
     ap.add_argument("--control-cycles", type=int, default=1, help="each: a Stop and a Pause from control.json, "
                     "resumed from the CLI")
     ap.add_argument("--mirror-damages", type=int, default=1, help="live/ files truncated, to be rewritten")
+    ap.add_argument("--full-disks", type=int, default=0, help="fills of the runs folder's tmpfs to ENOSPC while a "
+                    "candidate compiles (mounts the tmpfs: root)")
+    ap.add_argument("--tmpfs-mib", type=int, default=256, help="size of that tmpfs")
     ap.add_argument("--quiet-fraction", type=float, default=0.3, help="last part of the soak without kills")
     ap.add_argument("--population", type=int, default=4)
     ap.add_argument("--seed", type=int, default=7)
@@ -511,7 +618,8 @@ def parse_options(argv: list[str]) -> tuple[Options, Path]:
     a = ap.parse_args(argv)
     return Options(minutes=a.minutes, generations=a.generations, kills=a.kills, crash_bursts=a.crash_bursts,
                    burst_s=a.burst_s, disk_pauses=a.disk_pauses, dashboard_restarts=a.dashboard_restarts,
-                   control_cycles=a.control_cycles, mirror_damages=a.mirror_damages,
+                   control_cycles=a.control_cycles, mirror_damages=a.mirror_damages, full_disks=a.full_disks,
+                   tmpfs_mib=a.tmpfs_mib,
                    quiet_fraction=a.quiet_fraction, population=a.population, seed=a.seed, port=a.port,
                    work_dir=a.work_dir), a.report
 

@@ -7,10 +7,13 @@ to this module), with the soak's work folder still there::
 """
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import time
 from pathlib import Path
+
+FREE_MARGIN = 2 << 30  # as benchmarks.tools.soak's
 
 
 def per_thousand(samples: list[dict], logical: dict[int, int]) -> list[dict]:
@@ -30,8 +33,32 @@ def per_thousand(samples: list[dict], logical: dict[int, int]) -> list[dict]:
                     "db_file": last.get("db_file_bytes", last["db_bytes"]), "wal": last.get("wal_bytes", 0),
                     "footprint_per_data": last["db_bytes"] / data if data else 0.0, "data": logical.get(block, 0),
                     "live_per_1000": (last["live_bytes"] - first["live_bytes"]) * (1000 / span if span else 0.0),
-                    "rss_max": max(r["rss_bytes"] for r in rows)})
+                    "rss_max": max(r["rss_bytes"] for r in rows),
+                    "sandbox_rss_max": max((r.get("sandbox_rss_bytes") or 0 for r in rows), default=0),
+                    "sandbox_maps_max": max((r.get("sandbox_maps") or 0 for r in rows), default=0)})
     return out
+
+
+def sandbox_slopes(samples: list[dict], warmup_s: float = 20.0, min_span: int = 50) -> list[dict]:
+    """The sandbox's RSS and memory mappings per 1,000 generations inside each sandbox process (a crash,
+    a kill or a restart starts a new one), by least squares after its first ``warmup_s`` seconds."""
+    boxes: dict[int, list[dict]] = {}
+    for s in samples:
+        if s.get("sandbox_pid") and s.get("sandbox_maps") is not None and s.get("sandbox_rss_bytes"):
+            boxes.setdefault(s["sandbox_pid"], []).append(s)
+    out = []
+    for pid, rows in boxes.items():
+        t0 = rows[0]["t"]
+        rows = [r for r in rows if r["t"] - t0 >= warmup_s and r["generation"] >= 0]
+        if len(rows) < 3 or rows[-1]["generation"] - rows[0]["generation"] < min_span:
+            continue
+        xs = [r["generation"] for r in rows]
+        out.append({"pid": pid, "generations": f"{xs[0]}-{xs[-1]}", "span": xs[-1] - xs[0],
+                    "rss_start": rows[0]["sandbox_rss_bytes"], "rss_end": rows[-1]["sandbox_rss_bytes"],
+                    "maps_start": rows[0]["sandbox_maps"], "maps_end": rows[-1]["sandbox_maps"],
+                    "rss_per_1000": _slope(xs, [r["sandbox_rss_bytes"] for r in rows]) * 1000,
+                    "maps_per_1000": _slope(xs, [r["sandbox_maps"] for r in rows]) * 1000})
+    return sorted(out, key=lambda r: int(r["generations"].split("-")[0]))
 
 
 def rss_slopes(samples: list[dict], warmup_s: float = 20.0, min_span: int = 50) -> list[dict]:
@@ -79,18 +106,21 @@ def write_report(res, opts, soak, path: Path) -> None:
         known_per_genome = _known_bytes(con)
     finally:
         con.close()
-    blocks, slopes = per_thousand(res.samples, logical), rss_slopes(res.samples)
+    blocks, slopes, boxes = per_thousand(res.samples, logical), rss_slopes(res.samples), sandbox_slopes(res.samples)
+    full_disks = getattr(res, "full_disks", []) or []
+    notes = getattr(res, "notes", []) or []
     longest = max(slopes, key=lambda r: r["span"], default=None)
     db = soak.dir / "run.duckdb"
     lines = [
         "# Soak report", "",
-        f"Command: `nice -n 10 {res.command}` (from the repository root)", "",
+        f"Command: `nice -n {getattr(res, 'nice', 0)} {res.command}` (from the repository root)", "",
         f"Machine: {platform.node()} · {platform.processor() or platform.machine()} · "
-        f"{_cpus()} CPUs (shared with other work) · {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
+        f"{_cpus()} CPUs (shared with other work) · " + _when(res), "",
         f"Run: `{opts.workload}` on the C backend, problem `{opts.problem}`, population {opts.population}, 1 elite, "
         "2 baseline timings per generation, seed " + str(opts.seed) + ".", "",
         "## Outcome", "",
         f"- Problems found: **{len(res.problems)}**" + "".join(f"\n  - {p}" for p in res.problems),
+        *[f"- Skipped: {n}" for n in notes],
         f"- Wall time {res.wall_s:.0f} s; generations committed: **{n}** (0..{gens[-1] if gens else '-'}), "
         f"{n / res.wall_s * 60 if res.wall_s else 0:.0f} per minute including every disturbance; final status "
         f"`{res.final_status}`.",
@@ -110,12 +140,28 @@ def write_report(res, opts, soak, path: Path) -> None:
         "| # | at s | seconds | candidates crashed (from live/) |", "|---|---|---|---|",
         *[f"| {i + 1} | {b['t']} | {b['seconds']} | {b['crashed']} |" for i, b in enumerate(res.bursts)], "",
         f"## Disk full ({len(res.pauses)})", "",
-        f"`ABEBOT_MIN_FREE_BYTES` was the free space at the start minus {soak.margin >> 30} GiB; a filler file "
-        "(`posix_fallocate`) took the free space under it, was held, then deleted.", "",
+        (f"The runs folder was a tmpfs of {opts.tmpfs_mib} MiB; `ABEBOT_MIN_FREE_BYTES` was {soak.min_free >> 20} MiB; "
+         f"a filler file (`posix_fallocate`) left {soak.margin >> 20} MiB less than that free, was held, then deleted."
+         if getattr(soak, "min_free", 0) and soak.min_free < FREE_MARGIN else
+         f"`ABEBOT_MIN_FREE_BYTES` was the free space at the start minus {soak.margin >> 30} GiB; a filler file "
+         "(`posix_fallocate`) took the free space under it, was held, then deleted."), "",
         "| at s | paused | heartbeat status | no commit while paused | resumed by itself | s until resumed | message |",
         "|---|---|---|---|---|---|---|",
         *[f"| {p['t']} | {p['paused']} | {p['status']} | {p['held_generation']} | {p['resumed']} | {p['seconds']} | "
           f"{p['message']} |" for p in res.pauses], "",
+        f"## Full disk during compiles ({len(full_disks)})", "",
+        f"The runs folder, its compile cache `.cache` included, on a tmpfs of {opts.tmpfs_mib} MiB (`mount -t tmpfs`); "
+        "when a compiler process was running under the worker, a filler file took the tmpfs to ENOSPC (fallocate in "
+        f"halving chunks, then 512-byte writes until refused), was held {opts.full_hold_s:.0f} s, then deleted. "
+        "`compile waited`: the worker's log says a compile found the disk full and waited for room; `commit waited`: a "
+        "commit failed with ENOSPC and was retried. Candidates stored as failed with a full-disk error over the "
+        f"whole run: **{getattr(res, 'disk_lethal', 0)}**.", "",
+        "| at s | compiling at fill | filled MiB | free after fill | paused | heartbeat status | compile waited | "
+        "commit waited | no commit while full | resumed by itself | s until resumed | message |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *[f"| {f['t']} | {f['compiling_at_fill']} | {f['filled_bytes'] / 2**20:.1f} | {f['free_after_fill']} B | "
+          f"{f['paused']} | {f['status']} | {f['compile_waited']} | {f['commit_waited']} | {f['held_generation']} | "
+          f"{f['resumed']} | {f['seconds']} | {f['message']} |" for f in full_disks], "",
         f"## Stop and Pause from control.json, resumed from the CLI ({len(res.controls)})", "",
         "A Stop (the worker exits) or a Pause (then a kill -9, as a reboot would) written to control.json as the "
         "dashboard writes it; then `python -m core resume`, which must clear it, say so, and commit a generation.", "",
@@ -151,6 +197,16 @@ def write_report(res, opts, soak, path: Path) -> None:
         "|---|---|---|---|---|---|",
         *[f"| {s['segment']} | {s['generations']} | {_mb(s['rss_start'])} | {_mb(s['rss_end'])} | "
           f"{_mb(s['rss_per_1000'])} | {_mb(s['rss_per_1000_late'])} |" for s in slopes], "",
+        "The sandbox (the worker's child that loads and runs kernels; found under the worker in /proc each "
+        "second): its RSS and its memory mappings (lines of `/proc/<pid>/maps`), largest per block of 1,000 "
+        "generations, then per sandbox process (a crash burst, a kill or a restart starts a new one; least squares "
+        "after 20 s of warm-up, processes of at least 50 generations):", "",
+        "| generations | sandbox RSS max | sandbox mappings max |", "|---|---|---|",
+        *[f"| {b['block']} | {_mb(b['sandbox_rss_max'])} | {b['sandbox_maps_max']} |" for b in blocks], "",
+        "| sandbox pid | generations | RSS after warm-up | RSS at end | RSS growth per 1,000 gen | mappings after warm-up "
+        "| mappings at end | mappings per 1,000 gen |", "|---|---|---|---|---|---|---|---|",
+        *[f"| {b['pid']} | {b['generations']} | {_mb(b['rss_start'])} | {_mb(b['rss_end'])} | {_mb(b['rss_per_1000'])} | "
+          f"{b['maps_start']} | {b['maps_end']} | {b['maps_per_1000']:.1f} |" for b in boxes], "",
         *([f"In the longest process ({longest['generations']}) the worker's RSS grew by "
            f"{_per_individual(longest['rss_per_1000'], opts.population)} kB per individual stored over the whole "
            f"process and by {_per_individual(longest['rss_per_1000_late'], opts.population)} kB over its second "
@@ -158,10 +214,13 @@ def write_report(res, opts, soak, path: Path) -> None:
            "in memory the hash of every genome of the run, so that none is evaluated twice, and the measures "
            "of the population only (`core/search/known.py`); a committed measure is read back from the database when "
            f"needed. Those hashes take {known_per_genome:.0f} bytes per genome (tracemalloc, this run's genomes). "
-           "The rest is not attributed here. Without evaluation the GA loop and the writer grow more slowly than the data, or not at all "
-           "(`benchmarks/tools/multihost_rates.py` prints the RSS slope of the loop with a stand-in evaluator; "
-           "`benchmarks/tools/writer_memory.py` replays a run into a writer alone), which points at the evaluation "
-           "path (compile threads, sandbox calls).", ""] if longest and inds else []),
+           "The rest is split by allocator, commit by commit, in a run left alone by "
+           "`python -m benchmarks.tools.worker_tracemalloc DIR 900 150 4 --breakdown` (Python's arenas, glibc's heap, "
+           "Arrow, DuckDB's buffers, mapped files, the anonymous rest); the writer reopens its database every 256 "
+           "commits (`store/writer.py`), which gives DuckDB's share back; docs/multihost.md has the figures. A "
+           "process between kills lives a few hundred generations at most here, so its slope is mostly warm-up "
+           "(the evaluator's bounded cache of 4,096 machine codes, the compile cache, DuckDB's cache).", ""]
+          if longest and inds else []),
         "## Checks", "", *[f"- {c}" for c in res.checks], "",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,9 +258,18 @@ def _size(p: Path) -> int:
         return 0
 
 
-def _cpus() -> int:
-    import os
+def _when(res) -> str:
+    """The soak's start and end (UTC), and when the report was rendered if later."""
+    now, start = time.time(), getattr(res, "started_at", None)
+    fmt = lambda t, f="%Y-%m-%d %H:%M": time.strftime(f, time.gmtime(t))  # noqa: E731
+    if not start:
+        return f"rendered {fmt(now)} UTC"
+    end = start + res.wall_s
+    text = f"soak {fmt(start)}-{fmt(end, '%H:%M')} UTC"
+    return text + (f" (report rendered again from report.json at {fmt(now, '%H:%M')})" if now - end > 120 else "")
 
+
+def _cpus() -> int:
     return len(os.sched_getaffinity(0))
 
 
@@ -213,12 +281,15 @@ def main(argv: list[str]) -> int:
     from types import SimpleNamespace
 
     root = Path(__file__).resolve().parents[2]
-    from benchmarks.tools.soak import FREE_MARGIN, Result, parse_options
+    from benchmarks.tools.soak import FREE_MARGIN, TMPFS_MIN_FREE, Result, parse_options
 
     saved = Path(argv[0])
     res = Result(**json.loads(saved.read_text()))
-    opts, report = parse_options(shlex.split(res.command)[2:])
-    write_report(res, opts, SimpleNamespace(dir=opts.work_dir / "runs" / res.run_id, margin=FREE_MARGIN), report)
+    words = shlex.split(res.command)  # python -m benchmarks.tools.soak ARGS...
+    opts, report = parse_options(words[words.index("benchmarks.tools.soak") + 1:])
+    on_tmpfs = opts.full_disks > 0 and not res.notes
+    write_report(res, opts, SimpleNamespace(dir=opts.work_dir / "runs" / res.run_id, min_free=TMPFS_MIN_FREE if on_tmpfs else 0,
+                                            margin=TMPFS_MIN_FREE // 2 if on_tmpfs else FREE_MARGIN), report)
     print(f"report: {report}")
     return 0
 

@@ -5,14 +5,16 @@ part that is DuckDB and the writer, with nothing evaluated. It reads every gener
 run (its ``run.duckdb``) and commits them again, in order and over and over, to a new run in a
 temporary folder, renaming every genome and kernel on each pass so that the data keeps growing as a
 longer run's would. Every ``--every`` generations it prints the process's RSS, the database file and
-its WAL::
+its WAL. ``--reopen-every N`` sets the writer's :attr:`~store.writer.RunWriter.reopen_every` (0: never
+reopen the database), so the same replay can be measured with and without the periodic reopening::
 
-    python -m benchmarks.tools.writer_memory /tmp/abebot-soak-s7/runs/<run id> --generations 3000
+    python -m benchmarks.tools.writer_memory /tmp/abebot-soak-s7/runs/<run id> --generations 3000 [--reopen-every 0]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -54,11 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run", type=Path, help="a run folder (config.json and a checkpointed run.duckdb)")
     ap.add_argument("--generations", type=int, default=3000, help="generations to commit")
     ap.add_argument("--every", type=int, default=250, help="print every this many generations")
+    ap.add_argument("--reopen-every", type=int, default=None, help="the writer's reopen_every (0: never); "
+                    "default: as shipped")
     o = ap.parse_args(argv)
+    if o.reopen_every is not None:
+        RunWriter.reopen_every = o.reopen_every or 10**12
+        RunWriter.reopen_rows = RunWriter.reopen_rows if o.reopen_every else 10**12
     config, individuals, kernels, gens, state = load(o.run)
     print(f"replaying {len(gens)} generations of {o.run.name} ({sum(map(len, individuals))} individuals) "
           f"into a fresh run, {o.generations} generations", flush=True)
-    print("generation  RSS MB  database MB  WAL MB  seconds", flush=True)
+    print(f"reopen_every {RunWriter.reopen_every}, reopen_rows {RunWriter.reopen_rows}", flush=True)
+    print("generation  RSS MB  (min-max since the last line)  database MB  WAL MB  seconds", flush=True)
+    samples: list[tuple[int, int]] = []  # (generation, RSS) after every commit
     with tempfile.TemporaryDirectory() as tmp:
         writer = RunWriter.create(tmp, "replay", config)
         db = Path(tmp) / "replay" / "run.duckdb"
@@ -71,13 +80,24 @@ def main(argv: list[str] | None = None) -> int:
                         for r in individuals[src]]
                 new = [{**k, "source_hash": rename(k["source_hash"])} for k in kernels.get(src, [])]
                 writer.commit_generation(g, rows, new, gens[src], state)
+                samples.append((g, rss_bytes()))
                 if g % o.every == 0 or g == o.generations - 1:
                     wal = db.with_name(db.name + ".wal")
-                    print(f"{g:10d}  {rss_bytes() / 1e6:6.1f}  {db.stat().st_size / 1e6:11.1f}  "
+                    window = [r for _, r in samples[-o.every:]]
+                    print(f"{g:10d}  {samples[-1][1] / 1e6:6.1f}  ({min(window) / 1e6:6.1f}-{max(window) / 1e6:6.1f})"
+                          f"{'':18s}{db.stat().st_size / 1e6:11.1f}  "
                           f"{(wal.stat().st_size if wal.exists() else 0) / 1e6:6.1f}  {time.perf_counter() - t0:7.1f}",
                           flush=True)
         finally:
             writer.close()
+    half = samples[len(samples) // 2:]
+    per_row = sum(map(len, individuals)) / len(gens)
+    if len(half) > 1:
+        slope = statistics.linear_regression([g for g, _ in half], [r for _, r in half]).slope
+        print(f"second half (generations {half[0][0]}..{half[-1][0]}): RSS {slope * 1000 / 1e6:+.2f} MB per 1,000 "
+              f"generations, {slope / per_row:+.0f} B per individual row (least squares over every commit); "
+              f"max RSS {max(r for _, r in half[:len(half) // 4]) / 1e6:.1f} MB in its first quarter, "
+              f"{max(r for _, r in half[-len(half) // 4:]) / 1e6:.1f} MB in its last")
     return 0
 
 
