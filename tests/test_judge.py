@@ -206,3 +206,19 @@ def test_a_reply_that_is_not_json_ends_the_launcher_as_a_crash():
     finally:
         theirs.close()
         client.sock.close()
+
+
+def test_abebot_launcher_inline_puts_the_kernels_back_in_the_judges_process(monkeypatch):
+    """The documented escape hatch (docs/security.md): without it the launcher is a process of its own."""
+    from core.evaluation.protocol import Protocol
+    from core.workloads import get_workload
+
+    problem = get_workload("rmsnorm").validate_problem({"rows": 4, "cols": 32}, "c")
+    spec = {"backend": "c", "workload": "rmsnorm", "problem": problem, "timing_target_s": 0.02}
+    for value, inline in (("", False), ("inline", True)):
+        monkeypatch.setenv("ABEBOT_LAUNCHER", value)
+        proto = Protocol(spec)
+        try:
+            assert proto.launcher.inline is inline
+        finally:
+            proto.close()

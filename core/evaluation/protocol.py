@@ -81,7 +81,7 @@ class Protocol:
         self.runtime.cache = self.cache
         self.launcher = LauncherClient(spec, {"cache": self.cache, "graph_block": self.runtime.graph_block,
                                               "timing_target_s": self.timing_target_s}, self.harness, self.runtime,
-                                       inline=spec.get("launcher") == "inline")
+                                       inline=(spec.get("launcher") or os.environ.get("ABEBOT_LAUNCHER")) == "inline")
         self._pool: list | None = None  # the candidates' timing cases (refilled for each)
         self._pair: tuple[str, Callable, list] | None = None  # the primary baseline, its fn and timing cases
         self.priority = raise_priority()
