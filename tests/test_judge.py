@@ -222,3 +222,19 @@ def test_abebot_launcher_inline_puts_the_kernels_back_in_the_judges_process(monk
             assert proto.launcher.inline is inline
         finally:
             proto.close()
+
+
+def test_baselines_updating_a_tensor_in_place_verify_through_the_judge():
+    """rmsnorm's residual is updated in place: the launcher's memory measurement calls a baseline again,
+    and must leave the case as its first call did for the judge's check."""
+    from core.evaluation.protocol import Protocol
+    from core.workloads import get_workload
+
+    problem = get_workload("rmsnorm").validate_problem({"rows": 4, "cols": 32, "residual": True}, "c")
+    proto = Protocol({"backend": "c", "workload": "rmsnorm", "problem": problem, "timing_target_s": 0.02})
+    try:
+        base = proto.baseline(1)
+    finally:
+        proto.close()
+    assert base["status"] == "ok", base.get("cause")
+    assert all(e["verified"] for e in base["baselines"].values() if e.get("time_us") is not None)
