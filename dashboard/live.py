@@ -46,7 +46,8 @@ def machine_load() -> dict:
     except OSError:
         return {"value": "—", "help": "load average not available on this system"}
     cores = os.cpu_count() or 1
-    return {"value": f"{one:.1f} / {cores} cores",
+    # No decimal from 10 up: "18.6 / 2 cores" was cut short in Monitor's narrow metric column.
+    return {"value": f"{one:.1f} / {cores} cores" if one < 10 else f"{one:.0f} / {cores} cores",
             "help": "1-minute load average of the machine this dashboard runs on, against its CPU cores. "
                     "Above the core count, timings are disturbed by other work."}
 

@@ -1254,3 +1254,14 @@ def test_the_sidebar_caption_reads_the_runs_heartbeat_not_the_page_load(runs, li
     atomic_write_json(runs / live_run / "heartbeat.json", {**hb, "status": "paused", "generation": 1})
     label = run_label(ui.fresh_row(stale))
     assert "paused" in label and "2 of 3 generations done" in label, label
+
+
+def test_a_machine_load_of_ten_or_more_is_shown_without_a_decimal(monkeypatch):
+    """The browser test saw "18.6 / 2 cores" cut short on a loaded machine."""
+    from dashboard import live
+
+    monkeypatch.setattr(live.os, "getloadavg", lambda: (18.6, 0.0, 0.0))
+    monkeypatch.setattr(live.os, "cpu_count", lambda: 2)
+    assert live.machine_load()["value"] == "19 / 2 cores"
+    monkeypatch.setattr(live.os, "getloadavg", lambda: (2.34, 0.0, 0.0))
+    assert live.machine_load()["value"] == "2.3 / 2 cores"
