@@ -160,7 +160,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         if rid and not RUN_ID_RE.match(rid):
             raise ConfigError(f"start_from: {rid!r} is not a run id (letters, digits, '-' and '_')")
     if cfg.strategy in ("tpe", "cmaes"):  # Optuna is optional: say so before anything is written
-        _optuna_installed(cfg.strategy)
+        optuna_installed(cfg.strategy)
     if cfg.elites >= cfg.population:
         raise ConfigError(f"elites ({cfg.elites}) must be fewer than the population ({cfg.population}): "
                           f"raise the population to {cfg.elites + 1} or more, or lower elites")
@@ -172,9 +172,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
-def _optuna_installed(strategy: str) -> None:
-    """ConfigError (one line) when the optional packages of strategy tpe or cmaes are missing
-    (the same check as :func:`core.search.optuna_search.require`)."""
+def optuna_installed(strategy: str) -> None:
+    """ConfigError (a ValueError, one line) when the optional packages of strategy tpe or cmaes are
+    missing."""
     try:
         import optuna  # noqa: F401
     except ImportError:

@@ -27,17 +27,11 @@ ASKS_PER_CHILD = 20
 
 
 def require(strategy: str = "tpe") -> None:
-    """ValueError (one line) when Optuna (or, for CMA-ES, its ``cmaes`` package) is not installed."""
-    try:
-        import optuna  # noqa: F401
-    except ImportError:
-        raise ValueError(f"strategy {strategy} needs Optuna, an optional dependency: pip install optuna "
-                         "(requirements.txt pins the version tested)") from None
-    if strategy == "cmaes":
-        try:
-            import cmaes  # noqa: F401
-        except ImportError:
-            raise ValueError("strategy cmaes needs Optuna's CMA-ES package: pip install cmaes") from None
+    """ValueError (one line) when Optuna (or, for CMA-ES, its ``cmaes`` package) is not installed: the
+    run configuration's own check."""
+    from core.config import optuna_installed
+
+    optuna_installed(strategy)
 
 
 def _params(space: GeneSpace, rng: random.Random) -> list[tuple[str, str, str | None, list]]:
