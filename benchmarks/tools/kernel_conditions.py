@@ -6,7 +6,7 @@ For an entry of ``benchmarks/suites/cold_recheck_genomes.json`` (default ``down_
 timed 49.25 us in the protocol and 47.04 us by the chain in call 64), on the protocol's own timing cases:
 
 * ``protocol``: graphs of (poison outputs, decoys, permuted inputs, L2 read; launch) less the
-  preparations alone (``Protocol._side`` with its ``LaunchChecks``: what candidates get);
+  preparations alone (the launcher's ``_side`` with its ``LaunchChecks``: what candidates get);
 * ``evict``: the same with the L2 read as the only preparation;
 * ``chain``: back-to-back launches over the cases, no preparation (the second method's way).
 
@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def main() -> None:
     from core.evaluation.checks import LaunchChecks
     from core.evaluation.harness import case_arrays
+    from core.evaluation.launcher import LauncherServer
     from core.evaluation.protocol import Protocol
     from core.evaluation.timing import Side, rotation
     from core.workloads import get_workload
@@ -42,19 +43,22 @@ def main() -> None:
                  if e["name"] == args.entry)
     wl = get_workload(entry["workload"])
     problem = wl.validate_problem(dict(entry["problem"]), entry["backend"])
-    proto = Protocol({"backend": entry["backend"], "workload": entry["workload"], "problem": problem})
+    proto = Protocol({"backend": entry["backend"], "workload": entry["workload"], "problem": problem,
+                      "launcher": "inline"})
     space = proto.template.gene_space()
     genome = space.canonical(space.from_json(json.loads(entry["genome"])))
     artifact = proto.backend.compile(proto.template.render(genome), Path(tempfile.mkdtemp()))
     kernel = proto.runtime.load(artifact)
     h, rt = proto.harness, proto.runtime
     rng = random.Random(1)
-    cases = proto._timing_cases(rng)
+    cases = [h.make_case(proto.main, rng.getrandbits(31)) for _ in range(proto.timing_cases)]
     for c in cases:
         h.prepare(kernel, c)
     launch = rotation(lambda c: h.launch(kernel, c), cases)
     checks = LaunchChecks(h, cases, 7)
-    full = proto._side(lambda c: h.launch(kernel, c), cases, checks)
+    launcher = LauncherServer({}, {"cache": proto.cache, "graph_block": rt.graph_block,
+                                   "timing_target_s": proto.timing_target_s}, runtime=rt, harness=h)
+    full = launcher._side(lambda c: h.launch(kernel, c), cases, checks)  # what candidates get
     evict_only = Side(launch, lambda i: rt.evict(case_arrays(cases[i % len(cases)])))
     conds = {"protocol": lambda: rt.time(full.fn, args.reps, 0, before=full.before, method="graph"),
              "evict": lambda: rt.time(evict_only.fn, args.reps, 0, before=evict_only.before, method="graph"),
