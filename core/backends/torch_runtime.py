@@ -218,9 +218,8 @@ def time_events(fn: Callable[[int], None], reps: int, start: int = 0, before: Ca
     The device spins (``torch.cuda._sleep``) before the first event for longer than the host took to
     queue the previous call, so the call is queued whole before the events start: the pair measures
     the device's time, not the host's. Without it a callable whose host side outlasted the work queued
-    before it (an L2-emptying read of about 35 us) was charged the difference. (The suspected cause of
-    the w4a16 down M=16 champion's 49.3 us by events against 46.6 us in a graph chain, on the H200: its
-    host side takes 28 us a call; benchmarks/reports/COLD_H200.md.)"""
+    before it (an L2-emptying read of about 35 us) was charged the difference
+    (``tests/test_timing_gpu.py``: 300 us of host time before a launch)."""
     import torch
 
     pairs = []
