@@ -105,25 +105,32 @@ class Attention(nn.Module):
         self.qkv_proj = random_quant(s.hidden, (s.heads + 2 * s.kv_heads) * s.head_dim, dtype, device)
         self.o_proj = random_quant(s.heads * s.head_dim, s.hidden, dtype, device)
         self.rotary_emb = RotaryEmbedding(s.head_dim, max_positions, device=device)
+        # True: attention through the library's op (core.library.attention), set by ``patch``
+        self.library_attention = False
 
     def forward(self, positions, x, k_cache, v_cache, meta):
         h, kv, d = self.heads, self.kv_heads, self.head
-        mask, positions32 = meta
+        mask, positions32, lengths = meta
         q, k, v = self.qkv_proj(x).split([h * d, kv * d, kv * d], dim=-1)
         q, k = self.rotary_emb(positions32, q, k)
         k_cache.index_copy_(1, positions, k.reshape(-1, kv, d).transpose(0, 1))
         v_cache.index_copy_(1, positions, v.reshape(-1, kv, d).transpose(0, 1))
+        if self.library_attention:
+            from core.library.attention import attention_decode
+
+            return self.o_proj(attention_decode(q.contiguous(), k_cache, v_cache, lengths))
         return self.o_proj(attention(q, k_cache, v_cache, mask, h, kv, d))
 
 
-def step_meta(positions: torch.Tensor, capacity: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+def step_meta(positions: torch.Tensor, capacity: int, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What every layer of a step shares, computed once per step inside the step (so a graph
     replay recomputes it from the static ``positions``): the attention mask, ``key position <= query
     position``, repeated for the ``group`` query heads of a KV head (group * M, capacity), and the positions as int32 for the rotary module (the
     library's kernels take int32; given int64, ``LibraryRotary`` converts once and caches the copy
-    outside any graph, which a replay at new positions would then read stale)."""
+    outside any graph, which a replay at new positions would then read stale), and the keys filled
+    once this step's are written (the last position + 1, int32 (1,)), for the library's attention."""
     mask = torch.arange(capacity, device=positions.device)[None, :] <= positions[:, None]
-    return mask.repeat(group, 1), positions.to(torch.int32)
+    return mask.repeat(group, 1), positions.to(torch.int32), (positions[-1:] + 1).to(torch.int32)
 
 
 class MLP(nn.Module):
@@ -264,7 +271,7 @@ def reference_step(model: DecodeLlama, ids, positions, cache32: KVCache, copy: i
     (patched or not: it reads the modules' tensors, not their forwards); ``cache32`` float32."""
     s = model.shape
     h, kv, d = s.heads, s.kv_heads, s.head_dim
-    mask, _ = step_meta(positions, model.capacity, h // kv)
+    mask = step_meta(positions, model.capacity, h // kv)[0]
     residual = model.embed_tokens.weight[ids].float()
     for i in range(model.n_layers):
         layer = model.layers[copy * model.n_layers + i]

@@ -208,7 +208,8 @@ def run(args, say=lambda line: None) -> dict:
         "a": {**record["a"], "label": f"{baseline_linear}, {record['a']['mode']}" + (", CUDA graph" if gpu else "")},
         "b": {**record["b"], "label": b_label + (", CUDA graph" if gpu else ", eager")},
         "library_entries": origins, "dispatch": d.counts(), "dispatch_by_op": {op: d.calls_by(op) for op in
-                                                                               ("rmsnorm", "rope", "silu_mul", "w4a16")},
+                                                                               ("rmsnorm", "rope", "silu_mul", "w4a16",
+                                                                                "attention_decode")},
         "dispatch_note": "calls counted at eager and capture time; a graph replay repeats the captured launches",
         "refused": dict(d.refused), "patched": {k: len(v) for k, v in report.swapped.items()}})
     return record

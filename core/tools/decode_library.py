@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from core.backends import backend_class
 from core.library.from_genome import write_entry
 from core.library.manifest import Library
 from core.library.models import ModelShape
@@ -40,7 +41,17 @@ def decode_specs(s: ModelShape, tokens: int, dtype: str, eps: float, max_positio
     specs.append(("rope", {"tokens": tokens, "q_heads": s.heads, "kv_heads": s.kv_heads, "half_dim": s.head_dim // 2,
                            "max_positions": max_positions, **extra}, "rope_1"))
     specs.append(("silu_mul", {"tokens": tokens, "hidden": s.intermediate, **extra}, "silu_mul_1"))
+    specs.append(("attention_decode", {"batch": 1, "queries": tokens, "kv_heads": s.kv_heads,
+                                       "group": s.heads // s.kv_heads, "head_dim": s.head_dim,
+                                       "context": max_positions, **extra}, "attention_1"))
     return specs
+
+
+# Decode attention reads the step's length on the device, which only the Triton template does
+# (core.library.attention): its entry is built with Triton beside a CUDA C library, from the fast
+# seed (flash-decoding over 16 splits) when no champion is named, and left to the native path on a CPU.
+ATTENTION_BACKEND = "triton"
+ATTENTION_SEED = 1
 
 
 def load_champions(path: str | Path, backend: str) -> dict[str, dict]:
@@ -70,14 +81,18 @@ def build_library(root: Path, specs: list[tuple[str, dict, str]], backend: str, 
     origins = []
     for op, problem, part in specs:
         genome, origin = (champions or {}).get(part), "seed"
-        entry = None
+        entry, b, seed = None, backend, 0
+        if op == "attention_decode":
+            if backend_class(backend).device_kind != "gpu":
+                continue
+            b, seed = ATTENTION_BACKEND, ATTENTION_SEED
         if genome is not None:
             try:
-                entry, origin = write_entry(Path(root), op, problem, backend, cache, genome=genome), "champion"
+                entry, origin = write_entry(Path(root), op, problem, b, cache, genome=genome), "champion"
             except Exception as exc:  # noqa: BLE001 -- a champion of other shapes may not render here
                 origin = f"seed (champion failed: {type(exc).__name__}: {str(exc)[:160]})"
         if entry is None:
-            entry = write_entry(Path(root), op, problem, backend, cache)
+            entry = write_entry(Path(root), op, problem, b, cache, seed=seed)
         say(f"library entry {op} {part}: {origin}")
         lib.add(entry)
         origins.append({"op": op, "part": part, "genome": origin})

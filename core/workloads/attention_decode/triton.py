@@ -77,6 +77,9 @@ class TritonAttentionTemplate(TritonTemplate):
         floats = kernel.module.workspace_floats(*(shape[n] for n in ("batch", "queries", "kv_heads", "group",
                                                                       "head_dim", "context")))
         ws = out.new_empty((floats,), dtype=_float32()) if floats else None
+        lengths = t.get("lengths")  # the library's decode attention: keys filled, on the device
+        if lengths is not None:
+            return lambda: kernel(q, k, v, out, ws, lengths=lengths)
         return lambda: kernel(q, k, v, out, ws)
 
     def extra_bytes(self, kernel: Any, artifact: Any, shape: dict) -> int:
