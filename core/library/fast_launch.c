@@ -69,6 +69,17 @@ static int argument_problem(Launch *self, Py_ssize_t i, const char *what, PyObje
     return -1;
 }
 
+static int not_a_tensor(Launch *self, Py_ssize_t i, PyObject *src) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    PyObject *name = source_name(self, i);
+    if (name != NULL) {
+        PyErr_Format(err_class(), "launch source %U is a %s, not a tensor or an address", name, Py_TYPE(src)->tp_name);
+        Py_DECREF(name);
+    }
+    return -1;
+}
+
 static int address_of(Launch *self, Py_ssize_t i, PyObject *src, unsigned long long *out) {
     if (PyLong_CheckExact(src)) {
         *out = PyLong_AsUnsignedLongLong(src);
@@ -76,7 +87,7 @@ static int address_of(Launch *self, Py_ssize_t i, PyObject *src, unsigned long l
     }
     if (self->dtypes[i] != NULL) {
         PyObject *dt = PyObject_GetAttr(src, s_dtype);
-        if (dt == NULL) return -1;
+        if (dt == NULL) return not_a_tensor(self, i, src);
         int same = dt == self->dtypes[i];
         int rc = same ? 0 : argument_problem(self, i, "dtype", dt, self->dtypes[i]);
         Py_DECREF(dt);
@@ -84,7 +95,7 @@ static int address_of(Launch *self, Py_ssize_t i, PyObject *src, unsigned long l
     }
     if (self->devices[i] != NO_CHECK) {
         PyObject *dev = PyObject_CallMethodNoArgs(src, s_get_device);
-        if (dev == NULL) return -1;
+        if (dev == NULL) return not_a_tensor(self, i, src);
         long d = PyLong_AsLong(dev);
         if (d == -1 && PyErr_Occurred()) { Py_DECREF(dev); return -1; }
         int rc = 0;
@@ -97,18 +108,7 @@ static int address_of(Launch *self, Py_ssize_t i, PyObject *src, unsigned long l
         if (rc < 0) return -1;
     }
     PyObject *p = PyObject_CallMethodNoArgs(src, s_data_ptr);
-    if (p == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            PyErr_Clear();
-            PyObject *name = source_name(self, i);
-            if (name != NULL) {
-                PyErr_Format(err_class(), "launch source %U is a %s, not a tensor or an address", name,
-                             Py_TYPE(src)->tp_name);
-                Py_DECREF(name);
-            }
-        }
-        return -1;
-    }
+    if (p == NULL) return not_a_tensor(self, i, src);
     *out = PyLong_AsUnsignedLongLong(p);
     Py_DECREF(p);
     return (*out == (unsigned long long)-1 && PyErr_Occurred()) ? -1 : 0;
