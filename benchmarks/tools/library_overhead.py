@@ -132,7 +132,7 @@ def allocation(op: str, args: tuple, plan):
 
     x = args[2] if op == "rope" else args[0]
     if op == "w4a16":
-        return lambda: x.new_empty(plan.shape)
+        return lambda: torch.empty_like(plan.like)
     return (lambda: None) if op == "rope" else (lambda: torch.empty_like(x))
 
 

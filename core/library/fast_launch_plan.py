@@ -23,18 +23,20 @@ MAX_PLANS = 4096  # plans kept (all dropped when exceeded: a model has a few doz
 
 class Plan:
     """``count`` is the dispatcher's resolution slot (item 0 counts calls); ``call(*tensors)``
-    launches on the tensors in the op's order; ``shape`` is the output's shape (or None); ``keep``
+    launches on the tensors in the op's order; ``like`` is a tensor shaped like the output where the
+    op cannot allocate it like an input (``torch.empty_like(plan.like)`` costs less than
+    ``x.new_empty(shape)``), else None; ``keep``
     holds what must outlive the plan (the weights whose addresses its key holds)."""
 
-    __slots__ = ("count", "call", "shape", "keep")
+    __slots__ = ("count", "call", "like", "keep")
 
-    def __init__(self, count: list, call: Callable[..., None], shape: tuple | None, keep: tuple = ()):
-        self.count, self.call, self.shape, self.keep = count, call, shape, keep
+    def __init__(self, count: list, call: Callable[..., None], like: Any = None, keep: tuple = ()):
+        self.count, self.call, self.like, self.keep = count, call, like, keep
 
 
 def make_plan(dispatcher: Any, op: str, problem: dict, tensors: dict, kind: str, index: int,
               order: Sequence[str], sources: Sequence[Any], checked: Sequence[str],
-              shape: tuple | None = None) -> Plan | None:
+              like: Any = None) -> Plan | None:
     """The plan for calls like the one :meth:`Dispatcher.run` just served: ``order`` names the
     tensors the op will pass per call (the workload's names; ``sources`` are this call's), ``checked``
     those whose dtype and device the launch checks per call (the ones the op's key does not fix).
@@ -52,9 +54,9 @@ def make_plan(dispatcher: Any, op: str, problem: dict, tensors: dict, kind: str,
     if len(bound.slots) == 1 and bound.fn is bound.slots[0][0]:
         launch, positions, names = bound.slots[0]
         slots = [tuple(p for p, n in zip(positions, names) if n == name) for name in order]
-        return Plan(slot, caller(launch, slots, order, dtypes, devices), shape)
+        return Plan(slot, caller(launch, slots, order, dtypes, devices), like)
     sets = [(launch, positions, tuple(where[n] for n in names)) for launch, positions, names in bound.slots]
-    return Plan(slot, _Sequence(sets, bound.fn, tuple(order), dtypes, devices), shape)
+    return Plan(slot, _Sequence(sets, bound.fn, tuple(order), dtypes, devices), like)
 
 
 class _Sequence:

@@ -209,22 +209,35 @@ class _PythonCaller:
     """:func:`caller` for a launch object written in Python (ctypes)."""
 
     def __init__(self, launch: Any, slots: list, names: tuple, dtypes: Any, devices: Any):
-        self.launch, self.names = launch, names
+        self.launch, self.names, self.count = launch, names, len(slots)
         self.positions = tuple(p for slot in slots for p in slot)
         self.owners = tuple(i for i, slot in enumerate(slots) for _ in slot)
-        self.checks = [(i, None if dtypes is None else dtypes[i], None if devices is None else devices[i])
-                       for i in range(len(slots))]
-        self.checks = [c for c in self.checks if c[1] is not None or c[2] is not None]
+        checks = [(i, None if dtypes is None else dtypes[i], None if devices is None else devices[i])
+                  for i in range(len(slots))]
+        self.checks = tuple(c for c in checks if c[1] is not None or c[2] is not None)
+        conv = getattr(launch, "conv", None)  # a C kernel's argument list: written in place
+        self.conv = conv if isinstance(launch, CLaunch) else None
 
     def __call__(self, *sources: Any) -> None:
         if sources:
-            if len(sources) != len(self.names):
-                raise LaunchArgumentError(f"this launch takes {len(self.names)} sources {self.names} (or none), "
+            if len(sources) != self.count:
+                raise LaunchArgumentError(f"this launch takes {self.count} sources {self.names} (or none), "
                                           f"got {len(sources)}")
             for i, dtype, device in self.checks:
-                _check(self.names[i], sources[i], dtype, device)
-            addresses = [s if isinstance(s, int) else _address(s) for s in sources]
-            self.launch.update(self.positions, [addresses[i] for i in self.owners])
+                s = sources[i]
+                try:
+                    ok = (dtype is None or s.dtype == dtype) and (device is None or s.get_device() == device)
+                except AttributeError:
+                    ok = False
+                if not ok:
+                    _check(self.names[i], s, dtype, device)
+            addresses = [s if isinstance(s, int) else s.data_ptr() for s in sources]
+            if self.conv is not None:
+                conv = self.conv
+                for position, i in zip(self.positions, self.owners):
+                    conv[position] = addresses[i]
+            else:
+                self.launch.update(self.positions, [addresses[i] for i in self.owners])
         self.launch()
 
 

@@ -84,11 +84,11 @@ def _dense(*tensors: Optional[torch.Tensor]) -> bool:
 
 
 def _plan(key: tuple | None, d: Dispatcher, op: str, problem: dict, t: dict, where: tuple, order: tuple,
-          sources: tuple, checked: tuple, keep: tuple = (), shape: tuple | None = None) -> None:
+          sources: tuple, checked: tuple, keep: tuple = (), like: torch.Tensor | None = None) -> None:
     """After ``d.run`` served a call: the fast path's plan for ``key`` (none when already decided)."""
     if key is None or key in _plans:
         return
-    plan = make_plan(d, op, problem, t, *where, order, sources, checked, shape)
+    plan = make_plan(d, op, problem, t, *where, order, sources, checked, like)
     if plan is not None:
         plan.keep = keep  # the weights whose addresses the key holds stay alive with it
     remember(_plans, key, plan)
@@ -186,7 +186,7 @@ def w4a16_impl(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
 
         if d.run("w4a16", problem, t, kind, index, shaped):
             _plan(key, d, "w4a16", problem, t, (kind, index), ("x", "y"), (x, y), (), (qweight, scales, zeros),
-                  tuple(y.shape))
+                  torch.empty_like(y))
             return y
         _native_call(key)
     return native.w4a16(x.reshape(m, k), qweight.view(groups, 16, n), scales, zeros).view(*x.shape[:-1], n)
@@ -308,7 +308,7 @@ def w4a16(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
            None if zeros is None else zeros.data_ptr())
     plan = _plans.get(key)
     if plan is not None and x.is_contiguous():
-        y = x.new_empty(plan.shape)
+        y = torch.empty_like(plan.like)
         plan.call(x, y)
         plan.count[0] += 1
         return y
