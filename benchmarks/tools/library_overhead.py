@@ -108,7 +108,7 @@ def host_us(fn, calls: int, rounds: int, sync) -> dict:
             fn()
         per_call.append((time.perf_counter() - t0) / calls * 1e6)
         sync()
-    q = statistics.quantiles(per_call, n=4) if len(per_call) > 1 else per_call * 3
+    q = statistics.quantiles(per_call, n=4, method="inclusive") if len(per_call) > 1 else per_call * 3
     return {"median": round(statistics.median(per_call), 3), "iqr": [round(q[0], 3), round(q[2], 3)]}
 
 
