@@ -5,7 +5,8 @@ The CUDA launch path is run for real up to the driver: ``cuLaunchKernel`` is a s
 here (it returns at once), so each figure is the host cost of a piece *besides* the driver's own
 launch time (which only a GPU measures: ``library_overhead.py --device cuda``'s ``compiled_us``).
 Torch CPU tensors stand in for CUDA ones (same Python objects and calls). Each figure is the fastest
-of ``--repeats`` timeit rounds of ``--number`` calls (on a shared machine contention only adds):
+of ``--repeats`` rounds of ``--number`` calls, the pieces taking turns round by round (on a shared
+machine contention only adds, and each piece meets the same quiet moments):
 
 * ``custom_op_empty`` -- a ``torch.library.custom_op`` with 4 tensor arguments whose body returns
   a fresh empty tensor, called eagerly (what routing eager calls through the custom op would add);
@@ -18,7 +19,7 @@ of ``--repeats`` timeit rounds of ``--number`` calls (on a shared machine conten
   two tensors' addresses first (the fast path's call);
 * ``fast_path_w4a16`` -- ``core.library.ops.w4a16`` end to end with its plan's call on the stub.
 
-    python3 -m benchmarks.tools.library_host_pieces [--number 20000] [--repeats 7]
+    python3 -m benchmarks.tools.library_host_pieces [--number 5000] [--repeats 40]
 """
 from __future__ import annotations
 
@@ -89,18 +90,21 @@ def pieces(number: int, repeats: int, folder: Path) -> dict:
     if mod is not None:
         table.update({"compiled_launch": compiled, "compiled_call_2_tensors": lambda: call(x, y),
                       "fast_path_w4a16": lambda: ops.w4a16(x, qw, s)})
-    for name, f in table.items():
+    best = {name: float("inf") for name in table}
+    for f in table.values():
         f()
-        best = min(timeit.repeat(f, number=number, repeat=repeats)) / number * 1e6
-        out[name] = round(best, 3)
+    for _ in range(repeats):  # round-robin: every piece meets the same quiet and busy moments
+        for name, f in table.items():
+            best[name] = min(best[name], timeit.timeit(f, number=number) / number * 1e6)
+    out.update({name: round(t, 3) for name, t in best.items()})
     ops._plans.clear()
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--number", type=int, default=20000)
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--number", type=int, default=5000)
+    ap.add_argument("--repeats", type=int, default=40)
     a = ap.parse_args(argv)
     if a.number < 1 or a.repeats < 1:
         print("--number and --repeats must be at least 1", file=sys.stderr)
