@@ -197,7 +197,7 @@ def w4a16_impl(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
 @torch.library.custom_op("abebot::rmsnorm", mutates_args=("residual",))
 def rmsnorm_op(x: torch.Tensor, weight: torch.Tensor, residual: Optional[torch.Tensor], eps: float) -> torch.Tensor:
     """RMSNorm, with the residual add fused (and written back) when ``residual`` is given."""
-    return rmsnorm(x, weight, residual, eps)
+    return _rmsnorm(x, weight, residual, eps)
 
 
 @rmsnorm_op.register_fake
@@ -208,7 +208,7 @@ def _rmsnorm_fake(x, weight, residual, eps):
 @torch.library.custom_op("abebot::rope", mutates_args=("q", "k"))
 def rope_op(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
     """NeoX rotary embedding of ``q`` and ``k`` in place."""
-    rope(positions, q, k, cos_sin_cache)
+    _rope(positions, q, k, cos_sin_cache)
 
 
 @rope_op.register_fake
@@ -219,7 +219,7 @@ def _rope_fake(positions, q, k, cos_sin_cache):
 @torch.library.custom_op("abebot::silu_mul", mutates_args=())
 def silu_mul_op(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """``silu(gate) * up``."""
-    return silu_mul(gate, up)
+    return _silu_mul(gate, up)
 
 
 @silu_mul_op.register_fake
@@ -230,7 +230,7 @@ def _silu_mul_fake(gate, up):
 @torch.library.custom_op("abebot::w4a16", mutates_args=())
 def w4a16_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Tensor]) -> torch.Tensor:
     """``x . dequant(W)`` with GPTQ 4-bit weights, groups of 128 along K."""
-    return w4a16(x, qweight, scales, zeros)
+    return _w4a16(x, qweight, scales, zeros)
 
 
 @w4a16_op.register_fake
@@ -238,13 +238,18 @@ def _w4a16_fake(x, qweight, scales, zeros):
     return x.new_empty((*x.shape[:-1], qweight.shape[-1]))
 
 
-# -- what a model calls: the custom op under torch.compile, else the fast path (module docstring) --
+# -- what a model calls: the custom op under torch.compile, else the fast path (module docstring); --
+# -- the custom ops' bodies call the fast path directly (never the op again, whatever is tracing)  --
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, residual: Optional[torch.Tensor] = None,
             eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm of ``x`` (see the module docstring); the custom op under ``torch.compile``."""
     if torch.compiler.is_compiling():
         return torch.ops.abebot.rmsnorm(x, weight, residual, eps)
+    return _rmsnorm(x, weight, residual, eps)
+
+
+def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, residual: Optional[torch.Tensor], eps: float) -> torch.Tensor:
     key = ("rmsnorm", x.shape, x.dtype, x.device, residual is None, eps)
     plan = _plans.get(key)
     if plan is not None and x.is_contiguous() and weight.is_contiguous():
@@ -268,6 +273,10 @@ def rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cach
     if torch.compiler.is_compiling():
         torch.ops.abebot.rope(positions, q, k, cos_sin_cache)
         return
+    _rope(positions, q, k, cos_sin_cache)
+
+
+def _rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
     key = ("rope", q.shape, k.shape, q.dtype, q.device, positions.shape, positions.dtype, cos_sin_cache.shape)
     plan = _plans.get(key)
     if plan is not None and q.is_contiguous() and k.is_contiguous() and positions.is_contiguous() and \
@@ -286,6 +295,10 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """``silu(gate) * up``; the custom op under ``torch.compile``."""
     if torch.compiler.is_compiling():
         return torch.ops.abebot.silu_mul(gate, up)
+    return _silu_mul(gate, up)
+
+
+def _silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     key = ("silu_mul", gate.shape, gate.dtype, gate.device)
     plan = _plans.get(key)
     if plan is not None and gate.is_contiguous() and up.is_contiguous() and up.shape == gate.shape:
@@ -304,6 +317,10 @@ def w4a16(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
     """The 4-bit linear's product; the custom op under ``torch.compile``."""
     if torch.compiler.is_compiling():
         return torch.ops.abebot.w4a16(x, qweight, scales, zeros)
+    return _w4a16(x, qweight, scales, zeros)
+
+
+def _w4a16(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Tensor]) -> torch.Tensor:
     key = ("w4a16", x.shape, x.dtype, x.device, qweight.data_ptr(), scales.data_ptr(),
            None if zeros is None else zeros.data_ptr())
     plan = _plans.get(key)
