@@ -82,6 +82,8 @@ def bind(kernel: Any, dtype: str, t: dict, shape: dict, multiprocessors: int) ->
     """A zero-argument launch of the loaded wgmma kernel on the case's tensors ``t``."""
     lp = kernel.launch_params
     m, n, k = shape["m"], shape["n"], shape["k"]
+    if tuple(t["c"].stride()) != (n, 1):
+        raise ValueError(f"the wgmma kernel writes a contiguous C (strides ({n}, 1)), got {tuple(t['c'].stride())}")
     tms, copies, c_tma = maps(lp, dtype, t["a"], t["b"], t["c"], m, n, k)
     layout = plan(lp, m, n, k, multiprocessors)
     go = kernel.bind((layout.grid, 1, 1), (lp["threads"], 1, 1), (*tms, t["c"], m, n, k, int(c_tma)),

@@ -1,0 +1,60 @@
+"""benchmarks/tools/wgmma_gpu_check.py without a GPU: its configurations, its verdicts, its arguments."""
+from __future__ import annotations
+
+import torch
+
+from benchmarks.tools import wgmma_gpu_check as check
+from core.genome import Genome
+from core.workloads.gemm.wgmma_source import violation
+
+
+def test_every_configuration_is_a_valid_genome_and_the_simplest_comes_first():
+    for name, genes in check.CONFIGS.items():
+        assert violation(Genome(genes), "bfloat16") is None, name
+    assert next(iter(check.CONFIGS)) == "simple_128x128x64"
+    assert len({Genome(g) for g in check.CONFIGS.values()}) == len(check.CONFIGS)
+
+
+def test_the_shapes_are_the_ones_the_issue_names():
+    shapes = set(check.SHAPES)
+    assert {(4096, 4096, 4096), (4095, 4097, 1023)} <= shapes
+    assert {(m, n, k) for m in (64, 128, 256) for n, k in check.LLAMA_NK} <= shapes
+
+
+def _case(m: int, n: int):
+    buf = torch.full((m * n + 2 * check.GUARD,), float("nan"), dtype=torch.bfloat16)
+    return buf, buf[check.GUARD:check.GUARD + m * n].view(m, n)
+
+
+def test_a_right_output_passes_and_a_wrong_one_names_its_first_wrong_element():
+    ref = torch.randn(8, 16)
+    buf, c = _case(8, 16)
+    c.copy_(ref.to(torch.bfloat16))
+    assert check.check_output(c, ref, (1e-3, 1.6e-2), buf, 8, 16)["ok"]
+    c[3, 5] = 100.0
+    out = check.check_output(c, ref, (1e-3, 1.6e-2), buf, 8, 16)
+    assert not out["ok"] and out["wrong"] == 1
+    assert out["first_mismatch"]["row"] == 3 and out["first_mismatch"]["col"] == 5
+    assert out["wrong_rows"] == [3, 3, 1] and out["wrong_cols"] == [5, 5, 1]
+
+
+def test_an_unwritten_output_and_a_write_past_c_are_told_apart():
+    ref = torch.randn(4, 8)
+    buf, c = _case(4, 8)
+    out = check.check_output(c, ref, (1e-3, 1.6e-2), buf, 4, 8)
+    assert out["unwritten"] == 32 and "wrote nothing" in out["hint"]
+    c.copy_(ref.to(torch.bfloat16))
+    buf[check.GUARD + 32] = 0.0
+    out = check.check_output(c, ref, (1e-3, 1.6e-2), buf, 4, 8)
+    assert not out["ok"] and not out["guards_ok"] and "outside C" in out["hint"]
+
+
+def test_stats_give_the_median_and_the_relative_spread():
+    s = check.stats([10.0, 11.0, 12.0, 13.0, 100.0])
+    assert s["median_us"] == 12.0 and s["min_us"] == 10.0 and s["max_us"] == 100.0
+    assert abs(s["iqr_over_median"] - (13.0 - 11.0) / 12.0) < 1e-12
+
+
+def test_an_unknown_configuration_is_refused_with_exit_status_2(capsys, tmp_path):
+    assert check.main(["--out", str(tmp_path), "--only", "nope"]) == 2
+    assert "unknown configuration(s) nope" in capsys.readouterr().err
