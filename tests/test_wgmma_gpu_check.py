@@ -36,6 +36,14 @@ def test_a_right_output_passes_and_a_wrong_one_names_its_first_wrong_element():
     assert not out["ok"] and out["wrong"] == 1
     assert out["first_mismatch"]["row"] == 3 and out["first_mismatch"]["col"] == 5
     assert out["wrong_rows"] == [3, 3, 1] and out["wrong_cols"] == [5, 5, 1]
+    assert out["map_16x16"] == ["+"]
+
+
+def test_the_error_map_shows_which_blocks_are_wrong():
+    bad = torch.zeros(40, 40, dtype=torch.bool)
+    bad[16:32, :] = True
+    bad[0, 33] = True
+    assert check.error_map(bad) == ["..+", "###", "..."]
 
 
 def test_an_unwritten_output_and_a_write_past_c_are_told_apart():

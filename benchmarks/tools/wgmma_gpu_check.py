@@ -121,6 +121,7 @@ def check_output(got, ref, tol: tuple[float, float], buf, m: int, n: int) -> dic
         out["first_mismatch"] = {"row": r, "col": c, "got": float(g[r, c]), "want": float(ref[r, c])}
         out["wrong_rows"] = [int(rows.min()), int(rows.max()), int(rows.numel())]
         out["wrong_cols"] = [int(cols.min()), int(cols.max()), int(cols.numel())]
+        out["map_16x16"] = error_map(bad)
         if nnan == m * n:
             out["hint"] = "every element is still NaN: the kernel wrote nothing (did it run? c_tma path?)"
         elif float(g.nan_to_num(0).abs().max()) == 0.0:
@@ -128,6 +129,20 @@ def check_output(got, ref, tol: tuple[float, float], buf, m: int, n: int) -> dic
     if not guards_ok:
         out["hint"] = "a guard zone changed: the kernel wrote outside C (epilogue guards or TMA store box)"
     return out
+
+
+def error_map(bad) -> list[str]:
+    """The top-left 256 x 256 of C in blocks of 16 x 16: '.' right, '+' partly wrong, '#' all wrong
+    (which rows, consumers or column chunks a layout error hits shows at a glance)."""
+    rows = []
+    for r in range(0, min(bad.shape[0], 256), 16):
+        line = ""
+        for c in range(0, min(bad.shape[1], 256), 16):
+            block = bad[r:r + 16, c:c + 16]
+            frac = float(block.float().mean())
+            line += "." if frac == 0 else "#" if frac == 1 else "+"
+        rows.append(line)
+    return rows
 
 
 def graph_time(fns: list, reps: int, trials: int, other=None) -> tuple[list[float], list[float] | None]:
@@ -195,6 +210,9 @@ def run_shape(say, template, kernel, shape: tuple[int, int, int], l2_bytes: int)
     if not res["ok"]:
         say("    " + json.dumps({k2: res[k2] for k2 in res if k2 in ("first_mismatch", "wrong", "unwritten", "wrong_rows",
                                                                     "wrong_cols", "guards_ok", "hint")}))
+        if "map_16x16" in res:
+            say("    wrong elements in the top-left 256 x 256, 16 x 16 blocks ('.' none, '+' some, '#' all):")
+            say("\n".join("      " + line for line in res["map_16x16"]))
         return res
     if m * n * k < 1 << 24:
         return res  # the small smoke shapes are not timed
