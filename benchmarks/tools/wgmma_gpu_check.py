@@ -246,10 +246,7 @@ def _event_time(mine: list, theirs: list) -> tuple[list[float], list[float]]:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for r in range(7 * len(mine)):
         for i, fns in enumerate((mine, theirs)):
-            start.record()
-            fns[r % len(fns)]()
-            end.record()
-            end.synchronize()
+            start.record(), fns[r % len(fns)](), end.record(), end.synchronize()
             out[i].append(start.elapsed_time(end) * 1000.0)
     return out[0], out[1]
 
@@ -350,9 +347,7 @@ def parent(out: Path, names: list[str], shapes: list) -> int:
     say = Tee(out / "wgmma_gpu_check.log")
     say(f"wgmma GEMM GPU check, {time.strftime('%Y-%m-%d %H:%M:%S')}, {len(names)} configurations x {len(shapes)} shapes")
     for name in names:
-        g = Genome(CONFIGS[name])
-        why = violation(g, "bfloat16")
-        if why:
+        if why := violation(Genome(CONFIGS[name]), "bfloat16"):
             say(f"configuration {name} is invalid: {why}")
             return 2
     t0, results = time.monotonic(), []
