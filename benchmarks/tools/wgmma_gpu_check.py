@@ -75,6 +75,18 @@ BUDGET_S = 230.0  # the lead's call is 4 minutes
 CHILD_LIMIT_S = 45.0  # one configuration normally takes 15-25 s; past this it is taken to hang
 
 
+# What a CUDA error most likely means for this kernel (the words as the driver or torch print them)
+ERROR_HINTS = {
+    "illegal instruction": "an sm_90a instruction (wgmma, setmaxnreg) run from a cubin not built for sm_90a, or a "
+                           "warpgroup-wide instruction not reached by all 128 threads of the warpgroup",
+    "misaligned": "a shared tile or barrier off its alignment (1024 B for the 128-byte swizzle), or a 4-byte store "
+                  "to C at an odd address",
+    "illegal address": "a TMA coordinate, the staging buffer, or the direct epilogue's guards",
+    "out of resources": "the dynamic shared memory over the opt-in limit, or registers x threads over the SM's file",
+    "invalid argument": "the launch: grid, block, shared-memory size, or a kernel parameter (the 128-byte tensor maps)",
+}
+
+
 class Tee:
     def __init__(self, path: Path):
         self.file = path.open("a")
@@ -299,6 +311,9 @@ def child(name: str, out: Path, shapes: list) -> int:
 
         say(f"  ERROR {type(exc).__name__}: {exc}")
         say(traceback.format_exc())
+        for words, hint in ERROR_HINTS.items():
+            if words in str(exc).lower().replace("_", " "):
+                say(f"  likely cause: {hint}")
         result.update(status="error", error=f"{type(exc).__name__}: {exc}")
     save()
     return 0 if result["status"] == "ok" else 1
