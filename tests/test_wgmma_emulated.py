@@ -74,8 +74,11 @@ def run_tile(g: Genome, a: np.ndarray, b: np.ndarray, m0: int, n0: int, epilogue
         st = kt % stages
         for j in range(bk // swe):  # the producer's loads ({{loads}} in wgmma_source._LOADS)
             smem.tma_load(sa + st * a_stage_b + j * d["a_box"], a, kt * bk + j * swe, m0, bm, swe, s)
+        rows_b = bk // d["cluster_m"]  # in a cluster each CTA multicasts its slice of B's rows to all
         for j in range(bn // swe):
-            smem.tma_load(sb + st * b_stage_b + j * d["b_box"], b, n0 + j * swe, kt * bk, bk, swe, s)
+            for rank in range(d["cluster_m"]):
+                smem.tma_load(sb + st * b_stage_b + j * d["b_box"] + rank * rows_b * s, b, n0 + j * swe,
+                              kt * bk + rank * rows_b, rows_b, swe, s)
         for wg in range(d["consumers"]):
             a_stage, b_stage = sa + st * a_stage_b + wg * wg_m * s, sb + st * b_stage_b
             for kk in range(bk // 16):
@@ -119,6 +122,8 @@ CASES = [
     dict(block_m=64, block_n=128, consumers=1, swizzle=64, block_k=32, epilogue="tma"),
     dict(block_m=128, block_n=128, consumers=1, swizzle=32, block_k=64, stages=3),  # two m64 per consumer
     dict(block_m=256, block_n=64, consumers=2, swizzle=64, block_k=128, stages=2, epilogue="tma"),
+    dict(cluster_m=2),
+    dict(block_m=64, block_n=64, consumers=1, swizzle=32, block_k=32, stages=4, cluster_m=2),
 ]
 
 

@@ -207,6 +207,19 @@ def test_shapes_tma_cannot_map_stage_their_operands_and_store_c_from_registers()
     assert wgmma_launch.staging_bytes(4096, 4096, 4096) == 0
 
 
+def test_a_cluster_grid_is_a_whole_number_of_clusters_and_b_is_copied_in_halves():
+    t = template()
+    lp = t.render(genome(cluster_m=2, persistent="grid")).launch
+    assert lp["cluster_m"] == 2
+    odd = wgmma_launch.plan(lp, 3 * 128 + 1, 512, 512, 132)  # 4 tile rows: 2 clusters, 2 tile columns
+    assert odd.grid == 2 * 2 * 2 and odd.grid % 2 == 0
+    persistent = t.render(genome(cluster_m=2)).launch
+    assert wgmma_launch.plan(persistent, 4096, 4096, 4096, 132).grid == 132
+    src = render_source(genome(cluster_m=2), "bfloat16")
+    assert "__cluster_dims__(CLUSTER_M, 1, 1)" in src and defines(src)["B_SLICE"] == 32 * 128
+    assert defines(render_source(genome(), "bfloat16"))["CLUSTER_M"] == 1
+
+
 def test_a_persistent_grid_has_one_block_per_sm_at_most():
     lp = template().render(genome(persistent="persistent")).launch
     assert wgmma_launch.plan(lp, 4096, 4096, 4096, 132).grid == 132

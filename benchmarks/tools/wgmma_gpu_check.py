@@ -41,7 +41,7 @@ from core.workloads.gemm.wgmma import SEEDS  # noqa: E402
 from core.workloads.gemm.wgmma_source import derived, violation  # noqa: E402
 
 SIMPLE = {"parallel_config": {"block_m": 128, "block_n": 128, "block_k": 64, "consumers": 2, "persistent": "grid",
-                              "raster": "row"},
+                              "raster": "row", "cluster_m": 1},
           "memory_pattern": {"stages": 4, "swizzle": 128, "epilogue": "direct"},
           "register_allocation": {"reg_split": "none"},
           "instruction_sequence": {"inflight": 0, "load_order": "AB"}}
@@ -66,6 +66,7 @@ CONFIGS = {
     "256x128_two_m64_per_consumer": variant(SIMPLE, block_m=256, stages=3, epilogue="tma", reg_split="24/240",
                                             persistent="persistent", raster="grouped"),
     "64x64x64_swizzle32": variant(SIMPLE, block_m=64, block_n=64, consumers=1, swizzle=32, stages=5, epilogue="tma"),
+    "seed0_cluster2_multicast": variant(SEEDS[0], cluster_m=2),
 }
 LLAMA_NK = ((10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672))
 SHAPES = ([(128, 256, 64), (200, 300, 100), (4096, 4096, 4096), (4095, 4097, 1023)]

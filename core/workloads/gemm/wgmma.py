@@ -14,6 +14,8 @@ Design (the kernel text is ``kernels/wgmma.cu``; its header says what each part 
   ``wgmma.mma_async m64nBNk16`` straight from the swizzled shared tiles (A K-major, B MN-major);
 * ``setmaxnreg`` moving registers from the producer to the consumers (``reg_split``);
 * a persistent grid (one block per SM, walking tiles in the ``raster`` order) or one block a tile;
+* optionally clusters of two CTAs on vertically adjacent tiles (``cluster_m``): each copies half of
+  B's tile and multicasts it to both, and frees a slot on both CTAs' empty barriers;
 * an epilogue from registers to global memory with guards, or through a swizzled shared tile and
   TMA stores (which clip at the edges); the latter falls back at run time to the former when
   C's rows are not 16-byte aligned (N not a multiple of 8);
@@ -25,14 +27,14 @@ Genes, each changing the rendered source:
 
 * parallel_config -- ``block_m`` (64/128/256), ``block_n`` (64/128/256), ``block_k`` (32/64/128),
   ``consumers`` (1/2 warpgroups), ``persistent`` (persistent grid or one block per tile),
-  ``raster`` (row, column, grouped by 8 tile rows);
+  ``raster`` (row, column, grouped by 8 tile rows), ``cluster_m`` (1 or 2 CTAs sharing B);
 * memory_pattern -- ``stages`` (2-6), ``swizzle`` (128/64/32 B: TMA box width and wgmma
   descriptor mode), ``epilogue`` (direct or tma);
 * register_allocation -- ``reg_split`` (setmaxnreg producer/consumer registers, or none);
 * instruction_sequence -- ``inflight`` (wgmma groups left in flight before a slot is freed: 0
   or 1) and ``load_order`` (A's copies before B's or after).
 
-Not built yet (issue 30): thread-block clusters with TMA multicast, split-K / stream-K, swap-AB.
+Not built yet (issue 30): clusters along N (multicast of A), split-K / stream-K, swap-AB.
 """
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ GENES = {
         ChoiceGene("consumers", (1, 2), "consumer warpgroups (each 64 or 128 rows of the tile)"),
         ChoiceGene("persistent", ("persistent", "grid"), "one block per SM walking the tiles, or one block per tile"),
         ChoiceGene("raster", ("row", "column", "grouped"), "order of the tiles (L2 reuse of A's rows or B's columns)"),
+        ChoiceGene("cluster_m", (1, 2), "CTAs per cluster along M, sharing B's tile by TMA multicast"),
     ),
     "memory_pattern": (
         ChoiceGene("stages", (2, 3, 4, 5, 6), "ring slots of A and B tiles in flight"),
@@ -72,17 +75,17 @@ GENES = {
 
 SEEDS = (
     {"parallel_config": {"block_m": 128, "block_n": 256, "block_k": 64, "consumers": 2, "persistent": "persistent",
-                         "raster": "grouped"},
+                         "raster": "grouped", "cluster_m": 1},
      "memory_pattern": {"stages": 4, "swizzle": 128, "epilogue": "direct"},
      "register_allocation": {"reg_split": "40/232"},
      "instruction_sequence": {"inflight": 1, "load_order": "AB"}},
     {"parallel_config": {"block_m": 128, "block_n": 128, "block_k": 64, "consumers": 2, "persistent": "grid",
-                         "raster": "row"},
+                         "raster": "row", "cluster_m": 1},
      "memory_pattern": {"stages": 4, "swizzle": 128, "epilogue": "tma"},
      "register_allocation": {"reg_split": "24/240"},
      "instruction_sequence": {"inflight": 0, "load_order": "AB"}},
     {"parallel_config": {"block_m": 64, "block_n": 128, "block_k": 64, "consumers": 1, "persistent": "persistent",
-                         "raster": "column"},
+                         "raster": "column", "cluster_m": 1},
      "memory_pattern": {"stages": 6, "swizzle": 128, "epilogue": "direct"},
      "register_allocation": {"reg_split": "none"},
      "instruction_sequence": {"inflight": 1, "load_order": "BA"}},
@@ -115,7 +118,7 @@ class WgmmaGemmTemplate(Template):
             raise ValueError(f"wgmma genome refused: {why}")
         d = derived(genome)
         launch = {"block_m": d["bm"], "block_n": d["bn"], "block_k": d["bk"], "wg_m": d["wg_m"], "threads": d["threads"],
-                  "swizzle": d["swizzle"], "dynamic_shared_bytes": d["smem"],
+                  "swizzle": d["swizzle"], "dynamic_shared_bytes": d["smem"], "cluster_m": d["cluster_m"],
                   "persistent": genome.get("parallel_config", "persistent") == "persistent",
                   "epilogue_tma": genome.get("memory_pattern", "epilogue") == "tma"}
         resources = {"threads": d["threads"], "shared_bytes": d["smem"], "registers": _entry_registers(d["threads"])}

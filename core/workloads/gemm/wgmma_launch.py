@@ -37,9 +37,13 @@ def pitch_ok(cols: int) -> bool:
 
 def plan(launch: dict, m: int, n: int, k: int, multiprocessors: int, c_aligned: bool = True) -> Plan:
     """The layout of one launch for the template's ``launch`` parameters on a device with
-    ``multiprocessors`` SMs (``c_aligned``: C's base address is 16-byte aligned)."""
-    tiles = -(-m // launch["block_m"]) * -(-n // launch["block_n"])
-    grid = min(tiles, max(1, multiprocessors)) if launch["persistent"] else tiles
+    ``multiprocessors`` SMs (``c_aligned``: C's base address is 16-byte aligned). With clusters of
+    ``cluster_m`` CTAs along M the grid is a whole number of clusters, and a cluster at the bottom
+    edge may hold a CTA whose tile lies past M (it loads zeros and stores nothing)."""
+    cl = launch.get("cluster_m", 1)
+    pairs = -(-m // (launch["block_m"] * cl)) * -(-n // launch["block_n"])  # cluster tiles: cl tile rows each
+    tiles = pairs * cl
+    grid = min(pairs, max(1, multiprocessors // cl)) * cl if launch["persistent"] else tiles
     c_tma = bool(launch["epilogue_tma"]) and pitch_ok(n) and c_aligned
     return Plan(stage_a=not pitch_ok(k), stage_b=not pitch_ok(n), c_tma=c_tma, grid=grid, tiles=tiles)
 
@@ -70,7 +74,8 @@ def maps(launch: dict, dtype: str, a: Any, b: Any, c: Any, m: int, n: int, k: in
     a_src, a_pitch, a_copy = operand(a, m, k)
     b_src, b_pitch, b_copy = operand(b, k, n)
     tm_a = encode_2d(a_src.data_ptr(), dtype, m, k, a_pitch, launch["block_m"], sw // ELT, sw)
-    tm_b = encode_2d(b_src.data_ptr(), dtype, k, n, b_pitch, launch["block_k"], sw // ELT, sw)
+    # in a cluster each CTA copies (and multicasts) 1/cluster_m of B's rows
+    tm_b = encode_2d(b_src.data_ptr(), dtype, k, n, b_pitch, launch["block_k"] // launch.get("cluster_m", 1), sw // ELT, sw)
     c_pitch = c.stride(0) * ELT
     c_tma = bool(launch["epilogue_tma"]) and c.stride(1) == 1 and check_2d(
         c.data_ptr(), m, n, c_pitch, launch["wg_m"], 64, ELT, 128) is None

@@ -30,7 +30,7 @@ def derived(g) -> dict:
     p, m = g["parallel_config"], g["memory_pattern"]
     bm, bn, bk, cons, sw = p["block_m"], p["block_n"], p["block_k"], p["consumers"], m["swizzle"]
     d = {"bm": bm, "bn": bn, "bk": bk, "consumers": cons, "swizzle": sw, "sw_e": sw // 2,
-         "wg_m": bm // cons, "threads": 128 * (cons + 1), "stages": m["stages"]}
+         "wg_m": bm // cons, "threads": 128 * (cons + 1), "stages": m["stages"], "cluster_m": p["cluster_m"]}
     d["mi"] = max(1, d["wg_m"] // 64)
     d["acc"] = d["mi"] * bn // 2
     d["a_box"], d["b_box"] = bm * sw, bk * sw  # bytes of one TMA box of A (BM rows) and of B (BK rows)
@@ -102,7 +102,7 @@ def wgmma_wrapper(bn: int, dtype: str) -> str:
 
 _LOADS = {
     "A": "for (int j = 0; j < BK / SW_E; ++j) tma_load(sA + s * A_STAGE + j * A_BOX, tmA, kt * BK + j * SW_E, m0, bar);",
-    "B": "for (int j = 0; j < BN / SW_E; ++j) tma_load(sB + s * B_STAGE + j * B_BOX, tmB, n0 + j * SW_E, kt * BK, bar);",
+    "B": "for (int j = 0; j < BN / SW_E; ++j) LOAD_B(sB + s * B_STAGE + j * B_BOX, n0 + j * SW_E, kt * BK);",
 }
 
 
@@ -117,7 +117,7 @@ def _defines(g, d: dict) -> str:
         "EPI_TMA": g["memory_pattern"]["epilogue"] == "tma", "PERSISTENT": p["persistent"] == "persistent",
         "RASTER": RASTERS[p["raster"]], "GROUP_M": GROUP_M, "REG_SPLIT": split is not None,
         "PRODUCER_REGS": split[0] if split else 0, "CONSUMER_REGS": split[1] if split else 0,
-        "INFLIGHT": i["inflight"]})
+        "INFLIGHT": i["inflight"], "CLUSTER_M": d["cluster_m"], "B_SLICE": d["bk"] // d["cluster_m"] * d["swizzle"]})
 
 
 def render_source(g, dtype: str) -> str:

@@ -13,6 +13,13 @@
  * A or B, so edge tiles need no masks; the epilogue guards its stores (direct), or lets the TMA
  * store clip them (EPI_TMA, taken at run time only when c_tma says C's rows are 16-byte aligned).
  *
+ * Clusters (CLUSTER_M = 2): two CTAs on vertically adjacent tiles share B's tile. Each loads half
+ * of B's rows of every box and multicasts it to both (cp.async.bulk.tensor ... .multicast::cluster),
+ * so each CTA's full barrier still expects the whole stage; a consumer warp frees a slot on the
+ * empty barriers of both CTAs (mapa + a remote mbarrier.arrive), since either producer's next copy
+ * writes into both. A cluster barrier opens the kernel (both CTAs' barriers exist before any remote
+ * arrival) and closes it (no CTA exits while its peer may still arrive on its barriers).
+ *
  * Shared memory (1024-byte aligned): STAGES x [A tile | B tile], the C staging tile (EPI_TMA),
  * then the full and empty barriers. A tile: BK/SW_E boxes of BM rows x SW_E elements; B tile:
  * BN/SW_E boxes of BK rows x SW_E elements (SW_E = SWIZZLE/2 elements per swizzled row), each
@@ -21,7 +28,7 @@
  * Rendered behind `typedef unsigned short T;` and the genome's #defines: BM, BN, BK, CONSUMERS,
  * WG_M, MI, THREADS, STAGES, SWIZZLE, SW_E, SWZ_MODE, A_BOX, B_BOX, A_STAGE, B_STAGE,
  * STAGE_TX, C_BYTES, EPI_TMA, PERSISTENT, RASTER, GROUP_M, REG_SPLIT, PRODUCER_REGS,
- * CONSUMER_REGS, INFLIGHT.
+ * CONSUMER_REGS, INFLIGHT, CLUSTER_M, B_SLICE.
  * Slots:
  *   {{wgmma}}    the m64nBNk16 wgmma wrapper (its accumulator list is written out per BN)
  *   {{cvt}}      the two-float pack: cvt.rn.bf16x2.f32 or cvt.rn.f16x2.f32
@@ -41,9 +48,11 @@ static __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
 static __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
 }
+#if CLUSTER_M == 1
 static __device__ __forceinline__ void mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
 }
+#endif
 static __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     unsigned done;
     do {
@@ -66,6 +75,33 @@ static __device__ __forceinline__ void tma_store(const TmaMap *map, unsigned src
 static __device__ __forceinline__ void tma_prefetch(const TmaMap *map) {
     asm volatile("prefetch.tensormap [%0];" :: "l"((unsigned long long)map) : "memory");
 }
+
+// ---- clusters -------------------------------------------------------------------------------------
+#if CLUSTER_M > 1
+static __device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r;
+}
+static __device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// the same copy into the same offsets of every CTA in `mask`, each CTA's barrier at `bar` told
+static __device__ __forceinline__ void tma_load_mc(unsigned dst, const TmaMap *map, int c0, int c1, unsigned bar,
+                                                   unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;"
+                 :: "r"(dst), "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+// an arrival on the barrier at the same offset in CTA `rank` of the cluster
+static __device__ __forceinline__ void mbar_arrive_remote(unsigned bar, unsigned rank) {
+    asm volatile("{\n\t.reg .b32 remote;\n\tmapa.shared::cluster.u32 remote, %0, %1;\n\t"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" :: "r"(bar), "r"(rank) : "memory");
+}
+#define LOAD_B(dst, c0, c1) tma_load_mc((dst) + crank * B_SLICE, tmB, (c0), (c1) + (int)crank * (BK / CLUSTER_M), bar, \
+                                        (unsigned short)((1 << CLUSTER_M) - 1))
+#else
+static __device__ __forceinline__ unsigned cluster_rank() { return 0; }
+#define LOAD_B(dst, c0, c1) tma_load((dst), tmB, (c0), (c1), bar)
+#endif
 
 // ---- wgmma ---------------------------------------------------------------------------------------
 // Shared-memory matrix descriptor: start address, leading and stride byte offsets (16-byte units),
@@ -108,18 +144,21 @@ static __device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles
 #endif
 }
 
+// `tiles` counts cluster tiles (CLUSTER_M tile rows x 1 tile column); a cluster's CTAs walk the same ones
 #if PERSISTENT
-#define TILE_LOOP for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+#define TILE_LOOP for (int t = blockIdx.x / CLUSTER_M; t < tiles; t += gridDim.x / CLUSTER_M)
 #else
-#define TILE_LOOP for (int t = blockIdx.x; t < tiles; t = tiles)
+#define TILE_LOOP for (int t = blockIdx.x / CLUSTER_M; t < tiles; t = tiles)
 #endif
+// the origin of this CTA's tile within cluster tile t (tiles_m counts cluster rows)
+#define TILE_ORIGIN(t) int m0, n0; tile_origin(t, tiles_m, tiles_n, m0, n0); m0 = m0 * CLUSTER_M + (int)crank * BM
 
 static __device__ __forceinline__ void produce(const TmaMap *tmA, const TmaMap *tmB, unsigned sA, unsigned sB,
                                                unsigned full, unsigned empty, int tiles, int tiles_m, int tiles_n, int KT) {
+    const unsigned crank = cluster_rank();
     int it = 0;
     TILE_LOOP {
-        int m0, n0;
-        tile_origin(t, tiles_m, tiles_n, m0, n0);
+        TILE_ORIGIN(t);
         for (int kt = 0; kt < KT; ++kt, ++it) {
             const int s = it % STAGES;
             const unsigned ph = (it / STAGES) & 1, bar = full + 8 * s;
@@ -131,7 +170,14 @@ static __device__ __forceinline__ void produce(const TmaMap *tmA, const TmaMap *
 }
 
 static __device__ __forceinline__ void release(unsigned bar) {
-    if ((threadIdx.x & 31) == 0) mbar_arrive(bar);  // one arrival per consumer warp
+    if ((threadIdx.x & 31) == 0) {  // one arrival per consumer warp, on every CTA whose producer writes here
+#if CLUSTER_M > 1
+#pragma unroll
+        for (unsigned r = 0; r < CLUSTER_M; ++r) mbar_arrive_remote(bar, r);
+#else
+        mbar_arrive(bar);
+#endif
+    }
 }
 
 static __device__ __forceinline__ void store_direct(T *C, float (&acc)[MI][BN / 2], int row0, int n0, int M, int N) {
@@ -192,6 +238,7 @@ static __device__ __forceinline__ void consume(const TmaMap *tmC, T *C, unsigned
                                                unsigned full, unsigned empty, int tiles, int tiles_m, int tiles_n,
                                                int KT, int M, int N, int c_tma) {
     const int wg = (threadIdx.x >> 7) - 1;
+    const unsigned crank = cluster_rank();
     float acc[MI][BN / 2];
 #pragma unroll
     for (int i = 0; i < MI; ++i)
@@ -199,8 +246,7 @@ static __device__ __forceinline__ void consume(const TmaMap *tmC, T *C, unsigned
         for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.f;
     int it = 0;
     TILE_LOOP {
-        int m0, n0;
-        tile_origin(t, tiles_m, tiles_n, m0, n0);
+        TILE_ORIGIN(t);
         for (int kt = 0; kt < KT; ++kt, ++it) {
             const int s = it % STAGES;
             mbar_wait(full + 8 * s, (it / STAGES) & 1);
@@ -241,24 +287,31 @@ static __device__ __forceinline__ void consume(const TmaMap *tmC, T *C, unsigned
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if CLUSTER_M > 1
+__cluster_dims__(CLUSTER_M, 1, 1)
+#endif
 abebot_wgmma_gemm(const __grid_constant__ TmaMap tmA, const __grid_constant__ TmaMap tmB,
                   const __grid_constant__ TmaMap tmC, T *__restrict__ C, int M, int N, int K, int c_tma) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned sA = base, sB = sA + STAGES * A_STAGE, sC = sB + STAGES * B_STAGE;
     const unsigned full = sC + C_BYTES, empty = full + 8 * STAGES;
-    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+    const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M), tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
     const int KT = (K + BK - 1) / BK;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full + 8 * s, 1);
-            mbar_init(empty + 8 * s, 4 * CONSUMERS);
+            mbar_init(empty + 8 * s, 4 * CONSUMERS * CLUSTER_M);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         tma_prefetch(&tmA);
         tma_prefetch(&tmB);
     }
+#if CLUSTER_M > 1
+    cluster_sync();  // the peer's barriers are initialised before any copy or arrival reaches them
+#else
     __syncthreads();
+#endif
     if (threadIdx.x < 128) {
 #if REG_SPLIT
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(PRODUCER_REGS));
@@ -270,4 +323,7 @@ abebot_wgmma_gemm(const __grid_constant__ TmaMap tmA, const __grid_constant__ Tm
 #endif
         consume(&tmC, C, sA, sB, sC, full, empty, tiles, tiles_m, tiles_n, KT, M, N, c_tma);
     }
+#if CLUSTER_M > 1
+    cluster_sync();  // every thread: no CTA leaves while its peer may still arrive on its barriers
+#endif
 }
