@@ -66,3 +66,27 @@ def test_stats_give_the_median_and_the_relative_spread():
 def test_an_unknown_configuration_is_refused_with_exit_status_2(capsys, tmp_path):
     assert check.main(["--out", str(tmp_path), "--only", "nope"]) == 2
     assert "unknown configuration(s) nope" in capsys.readouterr().err
+
+
+class _Matmul:
+    """A stand-in template whose kernel is torch.matmul (right) or that writes one row too few."""
+
+    def __init__(self, short: bool = False):
+        self.short = short
+
+    def bind(self, kernel, t, shape):
+        def launch():
+            out = t["a"].float() @ t["b"].float()
+            rows = shape["m"] - 1 if self.short else shape["m"]
+            t["c"][:rows].copy_(out[:rows].to(torch.bfloat16))
+        return launch
+
+
+def test_a_small_shape_is_checked_and_not_timed(monkeypatch):
+    monkeypatch.setattr(check, "DEVICE", "cpu")
+    lines = []
+    res = check.run_shape(lines.append, _Matmul(), None, (40, 24, 72), 60 << 20)
+    assert res["ok"] and "kernel" not in res and "40x24x72: ok" in lines[0]
+    res = check.run_shape(lines.append, _Matmul(short=True), None, (40, 24, 72), 60 << 20)
+    assert not res["ok"] and res["unwritten"] == 24 and res["first_mismatch"]["row"] == 39
+    assert "WRONG" in lines[1] and '"first_mismatch"' in lines[2]

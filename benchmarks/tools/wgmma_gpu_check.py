@@ -72,6 +72,7 @@ LLAMA_NK = ((10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672))
 SHAPES = ([(128, 256, 64), (200, 300, 100), (4096, 4096, 4096), (4095, 4097, 1023)]
           + [(m, n, k) for m in (64, 128, 256) for n, k in LLAMA_NK])
 GUARD = 4096  # NaN elements each side of C: a write outside C changes them
+DEVICE = "cuda"  # where the cases live (the CPU tests set "cpu" and check the untimed path)
 BUDGET_S = 230.0  # the lead's call is 4 minutes
 CHILD_LIMIT_S = 45.0  # one configuration normally takes 15-25 s; past this it is taken to hang
 
@@ -198,21 +199,22 @@ def run_shape(say, template, kernel, shape: tuple[int, int, int], l2_bytes: int)
 
     m, n, k = shape
     res: dict = {"m": m, "n": n, "k": k}
-    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+    gen = torch.Generator(device=DEVICE).manual_seed(m * 31 + n * 7 + k)
     scale = k ** -0.25
 
     def operands():
-        a = (torch.randn(m, k, device="cuda", generator=gen) * scale).to(torch.bfloat16)
-        b = (torch.randn(k, n, device="cuda", generator=gen) * scale).to(torch.bfloat16)
+        a = (torch.randn(m, k, device=DEVICE, generator=gen) * scale).to(torch.bfloat16)
+        b = (torch.randn(k, n, device=DEVICE, generator=gen) * scale).to(torch.bfloat16)
         return a, b
 
     a, b = operands()
-    buf = torch.full((m * n + 2 * GUARD,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    buf = torch.full((m * n + 2 * GUARD,), float("nan"), device=DEVICE, dtype=torch.bfloat16)
     c = buf[GUARD:GUARD + m * n].view(m, n)
     dims = {"m": m, "n": n, "k": k}
     t0 = time.perf_counter()
     template.bind(kernel, {"a": a, "b": b, "c": c}, dims)()
-    torch.cuda.synchronize()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()  # a CUDA error of the launch surfaces here
     ref = a.float() @ b.float()
     res.update(check_output(c, ref, TOLERANCE["bfloat16"], buf, m, n))
     res["cublas_max_abs_err"] = float((torch.matmul(a, b).float() - ref).abs().max())
@@ -232,7 +234,7 @@ def run_shape(say, template, kernel, shape: tuple[int, int, int], l2_bytes: int)
     per_copy = 2 * (m * k + k * n + m * n)
     copies = max(2, min(12, math.ceil(3 * l2_bytes / per_copy)))
     sets = [operands() for _ in range(copies)]
-    outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    outs = [torch.empty(m, n, device=DEVICE, dtype=torch.bfloat16) for _ in range(copies)]
     mine = [template.bind(kernel, {"a": x, "b": y, "c": z}, dims) for (x, y), z in zip(sets, outs)]
     theirs = [(lambda x=x, y=y, z=z: torch.matmul(x, y, out=z)) for (x, y), z in zip(sets, outs)]
     est = 2.0 * m * n * k / 600e12 * 1e6  # microseconds at 600 TFLOP/s, to size the graph
