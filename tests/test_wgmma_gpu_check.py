@@ -90,3 +90,32 @@ def test_a_small_shape_is_checked_and_not_timed(monkeypatch):
     res = check.run_shape(lines.append, _Matmul(short=True), None, (40, 24, 72), 60 << 20)
     assert not res["ok"] and res["unwritten"] == 24 and res["first_mismatch"]["row"] == 39
     assert "WRONG" in lines[1] and '"first_mismatch"' in lines[2]
+
+
+def test_the_tma_probe_expects_a_swizzled_permutation_and_zeros_past_the_matrix():
+    from benchmarks.tools import wgmma_tma_probe as probe
+
+    a = [[r * probe.COLS + c for c in range(probe.COLS)] for r in range(probe.ROWS)]
+    for s in (128, 64, 32):
+        inside = probe.expected(a, s, 0, 0)
+        plain = probe.expected(a, s, 0, 0, swizzled=False)
+        assert sorted(inside) == sorted(plain) and inside != plain  # the same elements, moved
+        corner = probe.expected(a, s, probe.COLS - 8, probe.ROWS - 40)
+        assert corner.count(0) == probe.BOX_ROWS * s // 2 - 40 * 8  # 40 rows x 8 columns lie inside
+
+
+def test_the_tma_probe_kernel_compiles_for_sm_90a(tmp_path):
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from benchmarks.tools import wgmma_tma_probe as probe
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    src = tmp_path / "probe.cu"
+    src.write_text(probe.SOURCE)
+    res = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-o",
+                          str(tmp_path / "probe.cubin"), str(src)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr

@@ -40,6 +40,8 @@ from core.workloads.gemm import TOLERANCE  # noqa: E402
 from core.workloads.gemm.wgmma import SEEDS  # noqa: E402
 from core.workloads.gemm.wgmma_source import derived, violation  # noqa: E402
 
+PROBE = "tma_probe"  # benchmarks/tools/wgmma_tma_probe.py: the copies alone, run first
+
 SIMPLE = {"parallel_config": {"block_m": 128, "block_n": 128, "block_k": 64, "consumers": 2, "persistent": "grid",
                               "raster": "row", "cluster_m": 1},
           "memory_pattern": {"stages": 4, "swizzle": 128, "epilogue": "direct"},
@@ -268,7 +270,7 @@ def _event_time(mine: list, theirs: list) -> tuple[list[float], list[float]]:
 
 def child(name: str, out: Path, shapes: list) -> int:
     say = Tee(out / "wgmma_gpu_check.log")
-    result: dict = {"config": name, "genome": CONFIGS[name], "shapes": []}
+    result: dict = {"config": name, "genome": CONFIGS.get(name), "shapes": []}
     path = out / f"{name}.json"
 
     def save() -> None:
@@ -282,6 +284,12 @@ def child(name: str, out: Path, shapes: list) -> int:
         from core.workloads import get_workload
 
         backend = CudaBackend(0)
+        if name == PROBE:
+            from benchmarks.tools import wgmma_tma_probe
+
+            result = wgmma_tma_probe.run(say, backend, out / "cache")
+            save()
+            return 0 if result["status"] == "ok" else 1
         gemm = get_workload("gemm")
         template = gemm.template("cuda", gemm.validate_problem({"template": "wgmma"}, "cuda"), backend.device)
         g = template.gene_space().from_json(CONFIGS[name])
@@ -364,7 +372,7 @@ def parent(out: Path, names: list[str], shapes: list) -> int:
     out.mkdir(parents=True, exist_ok=True)
     say = Tee(out / "wgmma_gpu_check.log")
     say(f"wgmma GEMM GPU check, {time.strftime('%Y-%m-%d %H:%M:%S')}, {len(names)} configurations x {len(shapes)} shapes")
-    for name in names:
+    for name in (n for n in names if n != PROBE):
         if why := violation(Genome(CONFIGS[name]), "bfloat16"):
             say(f"configuration {name} is invalid: {why}")
             return 2
@@ -375,9 +383,12 @@ def parent(out: Path, names: list[str], shapes: list) -> int:
             say(f"== {name}: SKIPPED (time budget of {BUDGET_S:.0f} s spent)")
             results.append({"config": name, "status": "skipped", "shapes": []})
             continue
-        d = derived(Genome(CONFIGS[name]))
-        say(f"== {name}: {d['bm']}x{d['bn']}x{d['bk']}, {d['consumers']} consumer(s), {d['stages']} stages, "
-            f"swizzle {d['swizzle']}, {json.dumps(CONFIGS[name])}")
+        if name == PROBE:
+            say(f"== {name}: one TMA box per swizzle into shared memory and back (no wgmma)")
+        else:
+            d = derived(Genome(CONFIGS[name]))
+            say(f"== {name}: {d['bm']}x{d['bn']}x{d['bk']}, {d['consumers']} consumer(s), {d['stages']} stages, "
+                f"swizzle {d['swizzle']}, cluster {d['cluster_m']}, {json.dumps(CONFIGS[name])}")
         results.append(run_child(say, name, out, min(CHILD_LIMIT_S, left), shapes))
     say("\n== summary: speed-up over cuBLAS (torch.matmul), 'ok' where not timed, WRONG, or '-' not run")
     for i, res in enumerate(results):
@@ -405,10 +416,10 @@ def main(argv: list[str] | None = None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as exc:
         return 2 if exc.code else 0
-    names = [n for n in args.only.split(",") if n] or list(CONFIGS)
-    unknown = [n for n in names if n not in CONFIGS]
+    names = [n for n in args.only.split(",") if n] or [PROBE, *CONFIGS]
+    unknown = [n for n in names if n not in CONFIGS and n != PROBE]
     if unknown:
-        print(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(CONFIGS)}", file=sys.stderr)
+        print(f"unknown configuration(s) {', '.join(unknown)}; known: {PROBE}, {', '.join(CONFIGS)}", file=sys.stderr)
         return 2
     shapes = json.loads(args.shapes) if args.shapes else [list(s) for s in SHAPES]
     if args.child:
