@@ -3,8 +3,10 @@
 
     python3 benchmarks/tools/wgmma_gpu_check.py --out /tmp/wgmma_check        # about 3 minutes
 
-For each configuration in CONFIGS (the simplest first), in a child process of its own with a
-time limit (a deadlocked pipeline or a sticky CUDA error ends that configuration only):
+First the TMA probe (benchmarks/tools/wgmma_tma_probe.py: tensor maps, by-value launch, one box
+per swizzle copied into shared memory and read back, no wgmma), then each configuration in CONFIGS
+(the simplest first), each in a child process of its own with a time limit (a deadlocked pipeline
+or a sticky CUDA error ends that configuration only):
 
 1. render the genome and compile it through the cuda backend (NVRTC, sm_90a); on a compile error
    print NVRTC's and ptxas's full log; print ptxas's registers and spills and whether HGMMA
