@@ -123,6 +123,9 @@ CASES = [
     dict(block_m=128, block_n=128, consumers=1, swizzle=32, block_k=64, stages=3),  # two m64 per consumer
     dict(block_m=256, block_n=64, consumers=2, swizzle=64, block_k=128, stages=2, epilogue="tma"),
     dict(cluster_m=2),
+    dict(block_n=80, swizzle=32, block_k=64, consumers=1, block_m=64, stages=4),
+    dict(block_n=192, stages=3, inflight=0),
+    dict(block_n=96, swizzle=64, block_k=32, stages=6),
     dict(block_m=64, block_n=64, consumers=1, swizzle=32, block_k=32, stages=4, cluster_m=2),
 ]
 

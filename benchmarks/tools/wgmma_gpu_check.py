@@ -69,7 +69,8 @@ CONFIGS = {
                                      persistent="persistent", raster="column"),
     "256x128_two_m64_per_consumer": variant(SIMPLE, block_m=256, stages=3, epilogue="tma", reg_split="24/240",
                                             persistent="persistent", raster="grouped"),
-    "64x64x64_swizzle32": variant(SIMPLE, block_m=64, block_n=64, consumers=1, swizzle=32, stages=5, epilogue="tma"),
+    "64x80x64_swizzle32": variant(SIMPLE, block_m=64, block_n=80, consumers=1, swizzle=32, stages=6,
+                                  persistent="persistent", raster="column"),  # N = 10240 in 128 tiles
     "seed0_cluster2_multicast": variant(SEEDS[0], cluster_m=2),
 }
 LLAMA_NK = ((10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672))

@@ -25,7 +25,7 @@ Design (the kernel text is ``kernels/wgmma.cu``; its header says what each part 
 
 Genes, each changing the rendered source:
 
-* parallel_config -- ``block_m`` (64/128/256), ``block_n`` (64/128/256), ``block_k`` (32/64/128),
+* parallel_config -- ``block_m`` (64/128/256), ``block_n`` (64/80/96/128/192/256), ``block_k`` (32/64/128),
   ``consumers`` (1/2 warpgroups), ``persistent`` (persistent grid or one block per tile),
   ``raster`` (row, column, grouped by 8 tile rows), ``cluster_m`` (1 or 2 CTAs sharing B);
 * memory_pattern -- ``stages`` (2-6), ``swizzle`` (128/64/32 B: TMA box width and wgmma
@@ -52,7 +52,8 @@ FLAGS = ("-std=c++17", "--gpu-architecture=sm_90a")
 GENES = {
     "parallel_config": (
         ChoiceGene("block_m", (64, 128, 256), "rows of C per block (split over the consumer warpgroups)"),
-        ChoiceGene("block_n", (64, 128, 256), "columns of C per block (the wgmma N)"),
+        ChoiceGene("block_n", (64, 80, 96, 128, 192, 256), "columns of C per block (the wgmma N; 80 tiles N = 10240 "
+                   "into 128 blocks)"),
         ChoiceGene("block_k", (32, 64, 128), "K depth of one ring slot"),
         ChoiceGene("consumers", (1, 2), "consumer warpgroups (each 64 or 128 rows of the tile)"),
         ChoiceGene("persistent", ("persistent", "grid"), "one block per SM walking the tiles, or one block per tile"),
