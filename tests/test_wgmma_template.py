@@ -253,3 +253,19 @@ def test_seed_and_random_sources_compile_for_sm_90a_without_spills(tmp_path):
         assert "0 bytes spill stores" in log and "warning" not in log.lower(), log[-3000:]
         if defines(path.read_text())["REG_SPLIT"]:
             assert f"Used {_entry_registers(defines(path.read_text())['THREADS'])} registers" in log
+
+
+def test_an_operand_tma_can_map_is_used_in_place_and_another_is_staged_with_padded_rows():
+    import torch
+
+    aligned = torch.randn(16, 64).to(torch.bfloat16)
+    x, pitch, copy = wgmma_launch.operand(aligned, 16, 64)
+    assert x is aligned and pitch == 128 and copy is None
+    odd = torch.randn(16, 1023).to(torch.bfloat16)
+    x, pitch, copy = wgmma_launch.operand(odd, 16, 1023)
+    assert x.shape == (16, 1024) and pitch == 2048 and copy is not None
+    copy()
+    assert torch.equal(x[:, :1023], odd)
+    odd.add_(1.0)  # a later launch copies the inputs as they are then
+    copy()
+    assert torch.equal(x[:, :1023], odd)
