@@ -19,6 +19,7 @@ import json
 import math
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -57,13 +58,45 @@ def add_parser(sub) -> None:
     p.add_argument("--tolerance", type=float, default=None,
                    help="reference top-2 logit gap below which a step is reported apart (default 0.05 GPU, 1e-3 CPU)")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
+    p.add_argument("--save", nargs="?", const="auto", default=None, metavar="DIR",
+                   help="also write the record as JSON into DIR; bare: beside (b)'s library (LIB/decode-bench/), "
+                        "else $ABEBOT_DECODE_DIR (default decode-bench/ beside the runs folder), where the "
+                        "dashboard's Benchmark page finds it")
+    p.set_defaults(decode_parser=p)
 
 
 def cmd(args) -> int:
     """Run the benchmark (module docstring); prints a table or the JSON record."""
-    record = run(args, say=lambda line: print(line, file=sys.stderr, flush=True))
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    record = run(args, say=say)
+    if args.save:
+        from core.tools.decode_records import save, save_folder
+
+        say(f"record saved to {save(record, save_folder(args.save, lasting_library(args)))}")
     print(json.dumps(record, indent=1) if args.json else format_record(record))
     return 0
+
+
+def lasting_library(args) -> str | None:
+    """(b)'s library folder when it outlives the process (``--library``, or a build's ``--library-out``)."""
+    return args.library or (args.library_out if args.seed_library or args.champions else None)
+
+
+def command_line(args) -> str:
+    """The ``python -m core decode-bench ...`` command that ``args`` stand for (every option that
+    differs from its default), stored in the record as the command behind its figures."""
+    import shlex
+
+    parser = getattr(args, "decode_parser", None)
+    words = ["python", "-m", "core", "decode-bench"]
+    for action in getattr(parser, "_actions", []):
+        if not action.option_strings or action.dest in ("help", "save", "json"):
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value == action.default:
+            continue
+        words += [action.option_strings[0]] if value is True else [action.option_strings[0], shlex.quote(str(value))]
+    return " ".join(words)
 
 
 def _validate(args) -> tuple[ModelShape, torch.device]:
@@ -202,6 +235,7 @@ def run(args, say=lambda line: None) -> dict:
         ops.activate(None)
     d = report.dispatcher
     record.update({
+        "measured_at": time.time(), "command": command_line(args),
         "model": shape.name, "layers": layers, "model_layers": shape.layers, "copies": copies,
         "context": args.context, "batch": 1, "device": torch.cuda.get_device_name(device) if gpu else "cpu",
         "dtype": dtype_name, "weight_bytes_per_step": model.weight_bytes(), "torch": torch.__version__,
