@@ -96,6 +96,21 @@ def attention(q, k_cache, v_cache, mask, heads: int, kv_heads: int, head: int):
     return out.reshape(kv_heads, group, m, head).permute(2, 0, 1, 3).reshape(m, heads * head)
 
 
+class CacheAttention(nn.Module):
+    """The KV-cache write at ``positions`` and SDPA over the cache (a module of its own, so that the
+    op breakdown of :mod:`core.tools.decode_ops` can replay it alone)."""
+
+    def __init__(self, heads: int, kv_heads: int, head: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head = heads, kv_heads, head
+
+    def forward(self, positions, q, k, v, k_cache, v_cache, mask):
+        kv, d = self.kv_heads, self.head
+        k_cache.index_copy_(1, positions, k.reshape(-1, kv, d).transpose(0, 1))
+        v_cache.index_copy_(1, positions, v.reshape(-1, kv, d).transpose(0, 1))
+        return attention(q, k_cache, v_cache, mask, self.heads, kv, d)
+
+
 class Attention(nn.Module):
     """QKV projection, rotary, KV-cache write at ``positions``, SDPA, O projection."""
 
@@ -105,15 +120,14 @@ class Attention(nn.Module):
         self.qkv_proj = random_quant(s.hidden, (s.heads + 2 * s.kv_heads) * s.head_dim, dtype, device)
         self.o_proj = random_quant(s.heads * s.head_dim, s.hidden, dtype, device)
         self.rotary_emb = RotaryEmbedding(s.head_dim, max_positions, device=device)
+        self.cache_attn = CacheAttention(s.heads, s.kv_heads, s.head_dim)
 
     def forward(self, positions, x, k_cache, v_cache, meta):
         h, kv, d = self.heads, self.kv_heads, self.head
         mask, positions32 = meta
         q, k, v = self.qkv_proj(x).split([h * d, kv * d, kv * d], dim=-1)
         q, k = self.rotary_emb(positions32, q, k)
-        k_cache.index_copy_(1, positions, k.reshape(-1, kv, d).transpose(0, 1))
-        v_cache.index_copy_(1, positions, v.reshape(-1, kv, d).transpose(0, 1))
-        return self.o_proj(attention(q, k_cache, v_cache, mask, h, kv, d))
+        return self.o_proj(self.cache_attn(positions, q, k, v, k_cache, v_cache, mask))
 
 
 def step_meta(positions: torch.Tensor, capacity: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,7 +151,13 @@ class MLP(nn.Module):
         self.act_fn = nn.SiLU()
 
     def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(gated(self.act_fn, self.gate_proj(x), self.up_proj(x)))
+
+
+def gated(act, gate, up):
+    """``act(gate) * up``, the MLP's SiLU·mul: a function of its own (looked up at each call), so that
+    the op breakdown can record and replay it."""
+    return act(gate) * up
 
 
 class DecoderLayer(nn.Module):

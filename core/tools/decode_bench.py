@@ -243,7 +243,8 @@ def run(args, say=lambda line: None) -> dict:
         "b": {**record["b"], "label": b_label + (", CUDA graph" if gpu else ", eager")},
         "library_entries": origins, "dispatch": d.counts(), "dispatch_by_op": {op: d.calls_by(op) for op in
                                                                                ("rmsnorm", "rope", "silu_mul", "w4a16")},
-        "dispatch_note": "calls counted at eager and capture time; a graph replay repeats the captured launches",
+        "dispatch_note": "calls counted at eager and capture time; a graph replay repeats the captured launches; "
+                         "the op replays of the breakdown add their own calls",
         "refused": dict(d.refused), "patched": {k: len(v) for k, v in report.swapped.items()}})
     return record
 
@@ -289,6 +290,14 @@ def _measure(args, model, baseline, cache_a, cache_b, layer_fn, a_label, ks, gpu
     rec["b_over_a_speedup"] = round(t["a"]["ms"] / t["b"]["ms"], 4)
     say("profiling")
     rec["a"]["breakdown"], rec["b"]["breakdown"] = breakdown(a1), breakdown(b1)
+    say("replaying each op alone (the per-op breakdown)")
+    from core.tools.decode_ops import op_breakdown
+
+    for w, m, cache in (("a", baseline, cache_a), ("b", model, cache_b)):
+        rec[w]["ops"] = op_breakdown(m, cache, [ctx], t[w]["ms"], device, args.rounds, args.iters)
+    if layer_fn is not None:
+        rec["a"]["ops"]["note"] = ("(a)'s ops replayed eager: the step itself runs each layer compiled, whose fused "
+                                   "kernels the op replay does not see")
     verify = []
     for k in ks:
         say(f"verify step K={k}")
@@ -326,7 +335,11 @@ def format_record(r: dict) -> str:
                  f"({lg['max_error_over_std']:.3g} of the logits' std), argmax {lg['argmax_agree']}/{lg['argmax_counted']}"
                  f"; {lg['close_steps']} steps with top-2 closer than {lg['tolerance']} ({lg['close_steps_agree']} agree)")
         kinds = ", ".join(f"{k} {v['share']:.0%}" for k, v in x["breakdown"]["by_kind"].items())
-        lines += [line, f"    breakdown ({x['breakdown']['source']}): {kinds}"]
+        lines += [line, f"    profiler ({x['breakdown']['source']}): {kinds}"]
+        if x.get("ops"):
+            o = x["ops"]
+            lines.append(f"    op replay (sum {o['sum_ms']} ms = {o['sum_over_step']}x the step): " + ", ".join(
+                f"{r['op']} {r['share']:.0%}" for r in sorted(o["rows"], key=lambda r: -r["ms"])))
     lines.append(f"(b)/(a) speed-up: {r['b_over_a_speedup']}x")
     for v in r["verify"]:
         lines.append(f"verify K={v['K']} (M={v['M']}): (a) {v['a']['x_one_token_step']}x, "
