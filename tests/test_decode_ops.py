@@ -64,5 +64,5 @@ def test_the_breakdown_names_its_method_and_compares_its_sum_with_the_step():
     assert "op replay" in r["method"] and r["step_ms"] == 2.0
     assert [row["op"] for row in r["rows"]] == list(UNITS)
     assert abs(sum(row["ms"] for row in r["rows"]) - r["sum_ms"]) < 1e-3
-    assert r["sum_over_step"] == round(r["sum_ms"] / 2.0, 4)
+    assert abs(r["sum_over_step"] - r["sum_ms"] / 2.0) < 1e-3
     assert r["by_kind"]["w4a16 GEMV"]["ms"] > 0 and "attention (KV write + SDPA)" in r["by_kind"]

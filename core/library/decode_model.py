@@ -200,7 +200,9 @@ class KVCache:
 
 
 class DecodeLlama(nn.Module):
-    """``layers`` decoder layers of model ``shape`` (times ``copies`` physical copies), random weights."""
+    """``layers`` decoder layers of model ``shape`` (times ``copies`` physical copies), random weights.
+    ``capacity`` bounds the positions (the rotary tables); a step attends over its own cache's
+    capacity, so caches of several contexts (each at most ``capacity``) can share one model."""
 
     def __init__(self, shape: ModelShape, layers: int, capacity: int, copies: int = 1, eps: float = 1e-5,
                  dtype: torch.dtype = torch.bfloat16, device: str = "cpu", seed: int = 0):
@@ -215,7 +217,7 @@ class DecodeLlama(nn.Module):
 
     def body(self, ids, positions, cache: KVCache, copy: int = 0):
         """The decoder layers of copy ``copy``: (hidden, residual) before the final norm."""
-        meta = step_meta(positions, self.capacity, self.shape.heads // self.shape.kv_heads)
+        meta = step_meta(positions, cache.capacity, self.shape.heads // self.shape.kv_heads)
         hidden, residual = self.embed_tokens(ids), None
         for i in range(self.n_layers):
             layer = self.layers[copy * self.n_layers + i]
@@ -284,7 +286,7 @@ def reference_step(model: DecodeLlama, ids, positions, cache32: KVCache, copy: i
     (patched or not: it reads the modules' tensors, not their forwards); ``cache32`` float32."""
     s = model.shape
     h, kv, d = s.heads, s.kv_heads, s.head_dim
-    mask, _ = step_meta(positions, model.capacity, h // kv)
+    mask, _ = step_meta(positions, cache32.capacity, h // kv)
     residual = model.embed_tokens.weight[ids].float()
     for i in range(model.n_layers):
         layer = model.layers[copy * model.n_layers + i]
