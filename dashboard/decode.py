@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from core.tools import decode_figures as F
 from core.tools import decode_records as R
 
 WAYS = {"a": "(a) PyTorch baseline", "b": "(b) AbeBot library"}
@@ -43,7 +44,7 @@ def title(rec: dict) -> str:
 
 def projected(rec: dict) -> bool:
     """Whether the record measured fewer layers than the model has (whole-model figures projected)."""
-    return int(rec["layers"]) < int(rec["model_layers"])
+    return F.is_projected(rec)
 
 
 def ways(rec: dict) -> pd.DataFrame:
@@ -53,7 +54,7 @@ def ways(rec: dict) -> pd.DataFrame:
     for w, name in WAYS.items():
         x = rec[w]
         lg = x.get("logits") or {}
-        full = x.get("projected_full_model_tokens_per_s", x.get("tokens_per_s"))
+        full = F.model_tokens_per_s(rec, w)
         rows.append({"way": name, "runs": x.get("label", ""), "ms_per_step": x.get("ms_per_step"),
                      "tokens_per_s": x.get("tokens_per_s"), "model_tokens_per_s": full,
                      "model_figure": "projected" if "projected_full_model_tokens_per_s" in x else "measured",
@@ -71,20 +72,9 @@ def verify(rec: dict) -> pd.DataFrame:
 
 
 def projection(rec: dict) -> pd.DataFrame:
-    """Projected tokens/s for mean acceptance lengths 2-4 (no draft model: every row is projected).
-
-    For a record of fewer layers than the model, the whole model's figure is the verify step's ratio
-    to a one-token step times the whole model's projected one-token time (``model_*`` columns)."""
-    ratio = {(v["K"], w): v[w]["x_one_token_step"] for v in rec.get("verify") or [] for w in WAYS}
-    rows = []
-    for p in (rec.get("verify_projection") or {}).get("rows", []):
-        row = {"K": p["K"], "acceptance_length": p["acceptance_length"], "a_tokens_per_s": p["a_tokens_per_s"],
-               "b_tokens_per_s": p["b_tokens_per_s"], "figure": "projected"}
-        for w in WAYS:
-            one = rec[w].get("projected_full_model_tokens_per_s", rec[w].get("tokens_per_s"))
-            r = ratio.get((p["K"], w))
-            row[f"model_{w}_tokens_per_s"] = round(one * p["acceptance_length"] / r, 2) if one and r else None
-        rows.append(row)
+    """Projected tokens/s for mean acceptance lengths 2-4 (no draft model: every row is projected), of
+    the measured step and of the whole model (:func:`core.tools.decode_figures.projection_rows`)."""
+    rows = [{**r, "figure": "projected"} for r in F.projection_rows(rec)]
     return pd.DataFrame(rows, columns=["K", "acceptance_length", "a_tokens_per_s", "b_tokens_per_s",
                                        "model_a_tokens_per_s", "model_b_tokens_per_s", "figure"])
 
