@@ -54,3 +54,19 @@ def test_a_run_the_gpu_cannot_hold_is_refused_in_one_line_before_anything_is_bui
     with pytest.raises(ValueError, match="needs about .* GiB of GPU memory, 40.0 GiB are free") as exc:
         check_fits(s, 80, 1, 32832, "cuda")
     assert "\n" not in str(exc.value)
+
+
+def test_a_run_cut_short_keeps_the_records_of_the_contexts_it_finished(tmp_path, monkeypatch):
+    from core.tools import decode_bench
+
+    real = decode_bench._context
+
+    def dies_at_100(args, s, ctx, *rest):
+        if ctx == 100:
+            raise RuntimeError("the timeout came")
+        return real(args, s, ctx, *rest)
+
+    monkeypatch.setattr(decode_bench, "_context", dies_at_100)
+    assert main(["decode-bench", "--model", "tiny", "--device", "cpu", "--context", "24,100", "--steps", "1",
+                 "--rounds", "1", "--iters", "1", "--save", str(tmp_path)]) == 1
+    assert [R.load(p)["context"] for p in R.find([tmp_path])] == [24]

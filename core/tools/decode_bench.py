@@ -73,12 +73,14 @@ def cmd(args) -> int:
     """Run the benchmark (module docstring); prints a table or the JSON record (a JSON list, one record
     per context, when ``--context`` names several)."""
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    records = run_all(args, say=say)
-    if args.save:
-        from core.tools.decode_records import save, save_folder
 
-        for record in records:
+    def saved(record: dict) -> None:
+        if args.save:
+            from core.tools.decode_records import save, save_folder
+
             say(f"record saved to {save(record, save_folder(args.save, lasting_library(args)))}")
+
+    records = run_all(args, say=say, on_record=saved)
     if args.json:
         print(json.dumps(records[0] if len(records) == 1 else records, indent=1))
     else:
@@ -199,8 +201,10 @@ def run(args, say=lambda line: None) -> dict:
     return records[0]
 
 
-def run_all(args, say=lambda line: None) -> list[dict]:
-    """One record per context of ``--context``, from one model, baseline and library (module docstring)."""
+def run_all(args, say=lambda line: None, on_record=lambda record: None) -> list[dict]:
+    """One record per context of ``--context``, from one model, baseline and library (module docstring);
+    ``on_record`` gets each record as soon as it is complete (``--save`` writes it then, so a run cut
+    short keeps the contexts it finished)."""
     from core.library import ops
 
     shape, device = _validate(args)
@@ -220,12 +224,14 @@ def run_all(args, say=lambda line: None) -> list[dict]:
     top = max(capacity.values())
     need = check_fits(shape, layers, copies, top, device) if gpu else estimate(shape, layers, copies, top, 4)
     s = _setup(args, shape, device, layers, copies, top, champions, say)
+    records = []
     try:
-        records = [_context(args, s, c, capacity[c], ks, steps, say) for c in ctxs]
+        for c in ctxs:
+            records.append(_context(args, s, c, capacity[c], ks, steps, say))
+            records[-1]["memory_estimate_bytes"] = need["total"]  # of the largest context, before anything was built
+            on_record(records[-1])
     finally:
         ops.activate(None)
-    for r in records:
-        r["memory_estimate_bytes"] = need["total"]  # of the largest context, before anything was built
     return records
 
 
