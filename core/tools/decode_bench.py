@@ -54,6 +54,8 @@ def add_parser(sub) -> None:
     p.add_argument("--build-cache", default=None, metavar="DIR",
                    help="compile cache of a built library (default LIB/.cc): share it between runs of other contexts")
     p.add_argument("--verify", default="", help="speculative verify steps: drafted token counts K, e.g. 1,2,3,4,7")
+    p.add_argument("--fuse", default="", help="fusions for (b) on top of the library's ops: norm-qkv (RMSNorm into "
+                                             "the QKV GEMV, the rmsnorm_w4a16 workload); see core/tools/decode_fuse.py")
     p.add_argument("--no-compile", action="store_true", help="(a) without torch.compile")
     p.add_argument("--copies", type=int, default=None, help="layer copies rotated between steps (default: enough to "
                                                              "exceed 4x the L2 cache)")
@@ -114,6 +116,7 @@ def _validate(args) -> tuple[ModelShape, torch.device]:
     if args.layers is not None and not 1 <= args.layers <= shape.layers:
         raise ValueError(f"--layers must be from 1 to {shape.layers} for {shape.name}")
     contexts(args.context)
+    fusions(args.fuse)
     for name in ("rounds", "iters"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1")
@@ -131,6 +134,17 @@ def _validate(args) -> tuple[ModelShape, torch.device]:
     if device.type != "cpu" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA GPU here")
     return shape, device
+
+
+def fusions(spec: str) -> tuple[str, ...]:
+    """The fusions of ``--fuse`` ("norm-qkv"); ValueError for an unknown one."""
+    from core.tools.decode_fuse import FUSIONS
+
+    names = tuple(x.strip() for x in spec.split(",") if x.strip())
+    bad = [x for x in names if x not in FUSIONS]
+    if bad:
+        raise ValueError(f"--fuse: unknown fusion {bad[0]!r} (choose from: {', '.join(FUSIONS)})")
+    return names
 
 
 def verify_counts(spec: str) -> list[int]:
@@ -157,42 +171,6 @@ def _copies(shape: ModelShape, layers: int, device: torch.device) -> int:
     return max(1, min(64, math.ceil(4 * l2 / (per_layer * layers))))
 
 
-def _library(args, shape, device, dtype_name, capacity, champions, say):
-    """(library or None, what (b) runs, entry origins)."""
-    from core.library.manifest import Library
-
-    if args.library:
-        return Library.load(args.library), f"library {args.library}", []
-    if not (args.seed_library or args.champions):
-        return None, "native ops (no library): every call misses and runs the native PyTorch path", []
-    from core.tools.decode_library import build_library, decode_specs
-    from core.backends import availability
-
-    backend = _backend(args, device)
-    why = availability(backend)
-    if why:
-        raise ValueError(f"cannot build a {backend} library here: {why}")
-    root = Path(args.library_out or tempfile.mkdtemp(prefix="decode-lib-"))
-    cache = Path(args.build_cache) if args.build_cache else root / ".cc"
-    lib, origins = build_library(root, decode_specs(shape, 1, dtype_name, EPS, capacity), backend, cache,
-                                 champions, say)
-    used = sum(o["genome"] == "champion" for o in origins)
-    source = f"{used} champion genomes of {args.champions}, the rest seeds" if champions is not None \
-        else "the templates' seed genomes"
-    return lib, f"library built at {root} from {source} ({backend}, M=1 entries)", origins
-
-
-def _backend(args, device: torch.device) -> str:
-    """The backend of a built library: ``--backend``, else the first one for the device's kind."""
-    from core.backends import BACKENDS, backend_class
-
-    kind = "cpu" if device.type == "cpu" else "gpu"
-    backend = args.backend or next(b for b in BACKENDS if backend_class(b).device_kind == kind)
-    if backend not in BACKENDS or backend_class(backend).device_kind != kind:
-        raise ValueError(f"--backend {backend} does not run on {device} (choose from: {', '.join(BACKENDS)})")
-    return backend
-
-
 def run(args, say=lambda line: None) -> dict:
     """The benchmark's record at ``--context`` (one context; module docstring)."""
     records = run_all(args, say)
@@ -214,9 +192,9 @@ def run_all(args, say=lambda line: None, on_record=lambda record: None) -> list[
     capacity = {c: -(-(c + steps + max(ks + [0]) + 1) // 64) * 64 for c in ctxs}
     champions = None
     if args.champions:  # read before the model is built: a bad file costs nothing
-        from core.tools.decode_library import load_champions
+        from core.tools.decode_library import backend_for, load_champions
 
-        champions = load_champions(args.champions, _backend(args, device))
+        champions = load_champions(args.champions, backend_for(args, device))
     layers = args.layers or shape.layers
     copies = args.copies or _copies(shape, layers, device)
     from core.tools.decode_memory import check_fits, estimate
@@ -245,6 +223,7 @@ class _Setup:
 def _setup(args, shape, device, layers, copies, capacity, champions, say) -> _Setup:
     from core.library.decode_model import DecodeLlama, int4_baseline
     from core.library.manifest import Library
+    from core.tools.decode_library import library_for
     from core.library.patch import patch
     from core.library.verify import VerifiedCache
 
@@ -254,10 +233,16 @@ def _setup(args, shape, device, layers, copies, capacity, champions, say) -> _Se
     say(f"building {shape.name}: {layers} layers x {copies} copies, rotary up to {capacity}, {dtype_name} on {device}")
     model = DecodeLlama(shape, layers, capacity, copies, EPS, dtype, str(device)).eval()
     baseline, baseline_linear = int4_baseline(model)
-    lib, b_label, origins = _library(args, shape, device, dtype_name, capacity, champions, say)
+    lib, b_label, origins = library_for(args, shape, device, dtype_name, capacity, champions, fusions(args.fuse), say)
     root = Path(lib.root) if lib is not None and lib.root else Path(tempfile.mkdtemp(prefix="decode-verified-"))
     report = patch(model, lib if lib is not None else Library(), verified=VerifiedCache(root / "verified.json"),
                    build_dir=root / "builds", log_misses=lib is not None)
+    fused = {}
+    if "norm-qkv" in fusions(args.fuse):
+        from core.tools.decode_fuse import FUSIONS, fuse_norm_qkv
+
+        fused["norm-qkv"] = len(fuse_norm_qkv(model))
+        b_label += f"; fused: {FUSIONS['norm-qkv']} in {fused['norm-qkv']} layers"
     layer_fn, a_label = None, "eager"
     if not args.no_compile and gpu:
         cfg = torch._dynamo.config  # one compiled layer serves every layer; the limit covers M and context changes
@@ -266,7 +251,7 @@ def _setup(args, shape, device, layers, copies, capacity, champions, say) -> _Se
         layer_fn, a_label = torch.compile(_run_layer), "torch.compile per layer"
     return _Setup(shape=shape, device=device, gpu=gpu, dtype=dtype, layers=layers, copies=copies, model=model,
                   baseline=baseline, baseline_linear=baseline_linear, b_label=b_label, origins=origins, report=report,
-                  layer_fn=layer_fn, a_label=a_label)
+                  layer_fn=layer_fn, a_label=a_label, fused=fused)
 
 
 def _context(args, s: _Setup, ctx: int, capacity: int, ks, steps, say) -> dict:
@@ -290,7 +275,9 @@ def _context(args, s: _Setup, ctx: int, capacity: int, ks, steps, say) -> dict:
         "a": {**record["a"], "label": f"{s.baseline_linear}, {record['a']['mode']}" + (", CUDA graph" if s.gpu else "")},
         "b": {**record["b"], "label": s.b_label + (", CUDA graph" if s.gpu else ", eager")},
         "library_entries": s.origins, "dispatch": d.counts(),
-        "dispatch_by_op": {op: d.calls_by(op) for op in ("rmsnorm", "rope", "silu_mul", "w4a16")},
+        "dispatch_by_op": {op: d.calls_by(op) for op in ("rmsnorm", "rope", "silu_mul", "w4a16")
+                           + (("rmsnorm_w4a16",) if s.fused else ())},
+        "fused": s.fused,
         "dispatch_note": "calls counted at eager and capture time, since the run began (all its contexts); a graph "
                          "replay repeats the captured launches; the op replays of the breakdown add their own calls",
         "refused": dict(d.refused), "patched": {k: len(v) for k, v in s.report.swapped.items()}})

@@ -44,9 +44,14 @@ METHOD = ("op replay: each op of the one-token step (module or function, with th
 Call = tuple[Callable, tuple, dict]
 
 
-def kind_of(unit: str) -> str:
-    """The op kind of a unit (``w4a16 GEMV`` for the projections)."""
-    return KIND.get(unit, "w4a16 GEMV" if unit.endswith("_proj") else "other")
+FUSED_KIND = {"ResidualOnly": "residual add (its RMSNorm fused into the QKV GEMV)",
+              "NormQuantLinear": "rmsnorm + w4a16 GEMV (fused)"}  # core.tools.decode_fuse's modules
+
+
+def kind_of(unit: str, fn: Any = None) -> str:
+    """The op kind of a unit (``w4a16 GEMV`` for the projections), or of the fused module ``fn`` runs."""
+    fused = FUSED_KIND.get(type(fn).__name__)
+    return fused or KIND.get(unit, "w4a16 GEMV" if unit.endswith("_proj") else "other")
 
 
 def _unit(name: str) -> str | None:
@@ -129,7 +134,7 @@ def op_breakdown(model, cache, positions: list[int], step_ms: float, device: tor
         replays = {u: Replay([copy.get(u, []) for copy in by_copy], device) for u in units}
         t = time_steps(replays, device, rounds, iters)
     total = sum(t[u]["ms"] for u in units) or float("nan")
-    rows = [{"op": u, "kind": kind_of(u), "calls": len(by_copy[0][u]), "ms": round(t[u]["ms"], 5),
+    rows = [{"op": u, "kind": kind_of(u, by_copy[0][u][0][0]), "calls": len(by_copy[0][u]), "ms": round(t[u]["ms"], 5),
              "share": round(t[u]["ms"] / total, 4)} for u in units]
     kinds: dict[str, float] = {}
     for r in rows:
