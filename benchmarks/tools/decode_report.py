@@ -80,7 +80,8 @@ def render(found: list[tuple[str, dict]]) -> str:
                     "argmax agree (a) · (b)", "(b) ran", "command"], rows)
     lines += ["", "Argmax agreement: steps whose argmax matches the float32 reference of the same 4-bit weights / "
               "steps counted (steps whose reference top-2 logits are closer than the tolerance are left out).", ""]
-    met = [[r["model"], r["context"], g, "met" if ok else "**not met**", ref(r)] for r in recs for g, ok in goals(r)]
+    verdict = {True: "met", False: "**not met**", None: "n/a: (a) ran without torch.compile"}
+    met = [[r["model"], r["context"], g, verdict[ok], ref(r)] for r in recs for g, ok in goals(r)]
     if met:
         lines += ["## The issue's goals", ""] + table(["model", "context", "goal", "", "command"], met) + [""]
     lines += _verify(recs, ref) + _breakdowns(recs, ref)
