@@ -34,9 +34,11 @@ def show() -> None:
     by_path = {str(p): (p, r) for p, r in found}
     key = st.selectbox("Record", list(by_path), format_func=lambda k: D.title(by_path[k][1]), key="decode_record")
     path, rec = by_path[key]
-    st.caption(f"`{path}` · {rec.get('dtype', '?')}, batch {rec.get('batch', 1)}, {rec.get('copies', 1)} layer "
-               f"copies rotated (weights read from memory, not the L2) · torch {rec.get('torch', '?')}"
-               + (f" · command: `{rec['command']}`" if rec.get("command") else ""))
+    copies = int(rec.get("copies") or 1)
+    rotation = (f"{copies} layer copies rotated (weights read from memory, not the L2)" if copies > 1 else
+                "one copy of the layers")
+    st.caption(f"`{path}` · {rec.get('dtype', '?')}, batch {rec.get('batch', 1)}, {rotation} · torch "
+               f"{rec.get('torch', '?')}" + (f" · command: `{rec['command']}`" if rec.get("command") else ""))
     _ways(rec)
     _verify(rec)
     _breakdown(rec)
@@ -91,7 +93,7 @@ def _breakdown(rec: dict) -> None:
     for col, w in zip(st.columns(2), D.WAYS):
         df, note = D.breakdown(rec, w)
         col.markdown(f"**{D.WAYS[w]}**")
-        col.dataframe(df, hide_index=True, key=f"decode_ops_{w}", column_config={
+        col.dataframe(df, hide_index=True, key=f"decode_ops_{w}", height=36 * (len(df) + 1) + 3, column_config={
             "ms": st.column_config.NumberColumn("ms per step", format="%.4f"),
             "share": st.column_config.ProgressColumn("share", format="percent", min_value=0.0, max_value=1.0)})
         col.caption(note)
