@@ -81,17 +81,18 @@ def projection(rec: dict) -> pd.DataFrame:
 
 def breakdown(rec: dict, way: str) -> tuple[pd.DataFrame, str]:
     """(rows, how it was measured) of a way's per-op breakdown: the op replay (``ops``) where the
-    record has one, else the profiler's op kinds (``breakdown``). Rows: op, kind, ms, share."""
+    record has one, else the profiler's op kinds (``breakdown``). Rows: op, kind, calls, ms, share,
+    weights_from_memory (whether the replay read the op's weights from memory as the step does)."""
     x = rec[way]
     ops = x.get("ops")
     if ops and ops.get("rows"):
         df = pd.DataFrame(ops["rows"])
         note = (f"{ops.get('method', '')} Sum of the ops {ops.get('sum_ms')} ms against the whole step's "
                 f"{ops.get('step_ms')} ms ({ops.get('sum_over_step')}x).")
-        return df.reindex(columns=["op", "kind", "calls", "ms", "share"]), note
+        return df.reindex(columns=["op", "kind", "calls", "ms", "share", "weights_from_memory"]), note
     prof = x.get("breakdown") or {}
-    rows = [{"op": k, "kind": k, "calls": None, "ms": v["us"] / 1000, "share": v["share"]}
+    rows = [{"op": k, "kind": k, "calls": None, "ms": v["us"] / 1000, "share": v["share"], "weights_from_memory": None}
             for k, v in (prof.get("by_kind") or {}).items()]
     note = (f"{prof.get('source', 'no breakdown')}; kernels grouped into op kinds by their names (a heuristic). "
             "No op replay in this record.")
-    return pd.DataFrame(rows, columns=["op", "kind", "calls", "ms", "share"]), note
+    return pd.DataFrame(rows, columns=["op", "kind", "calls", "ms", "share", "weights_from_memory"]), note

@@ -95,5 +95,8 @@ def _breakdown(rec: dict) -> None:
         col.markdown(f"**{D.WAYS[w]}**")
         col.dataframe(df, hide_index=True, key=f"decode_ops_{w}", height=36 * (len(df) + 1) + 3, column_config={
             "ms": st.column_config.NumberColumn("ms per step", format="%.4f"),
-            "share": st.column_config.ProgressColumn("share", format="percent", min_value=0.0, max_value=1.0)})
+            "share": st.column_config.ProgressColumn("share", format="percent", min_value=0.0, max_value=1.0),
+            "weights_from_memory": st.column_config.CheckboxColumn(
+                "weights from memory", help="the op's weights over all layer copies exceed the L2, so its replays "
+                "read them from memory as the step does (empty on a CPU)")})
         col.caption(note)

@@ -66,3 +66,14 @@ def test_the_breakdown_names_its_method_and_compares_its_sum_with_the_step():
     assert abs(sum(row["ms"] for row in r["rows"]) - r["sum_ms"]) < 1e-3
     assert abs(r["sum_over_step"] - r["sum_ms"] / 2.0) < 1e-3
     assert r["by_kind"]["w4a16 GEMV"]["ms"] > 0 and "attention (KV write + SDPA)" in r["by_kind"]
+
+
+def test_each_op_says_how_many_weight_bytes_it_reads_per_step():
+    model, cache = model_and_cache()
+    r = op_breakdown(model, cache, [20], step_ms=1.0, device=torch.device("cpu"), rounds=1, iters=1)
+    rows = {row["op"]: row for row in r["rows"]}
+    words, scales = (256 // 8) * 512 * 4, (256 // 128) * 512 * 4  # qkv: K 256 -> N 512, float32 scales
+    assert rows["self_attn.qkv_proj"]["weight_bytes"] == 2 * (words + scales)  # two layers
+    assert rows["lm_head"]["weight_bytes"] == 512 * 256 * 4
+    assert rows["step_meta"]["weight_bytes"] == 0
+    assert {row["weights_from_memory"] for row in r["rows"]} == {None}  # no L2 to speak of on a CPU

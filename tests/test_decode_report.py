@@ -88,3 +88,16 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path, capsys, content, mess
 def test_a_missing_file_is_one_line_and_exit_status_2(tmp_path, capsys):
     assert main([str(tmp_path / "none.json")]) == 2
     assert "not a readable JSON file" in capsys.readouterr().err
+
+
+def test_an_op_whose_weights_stayed_in_the_l2_on_replay_is_marked_so(records, tmp_path):
+    rec = copy.deepcopy(records[0])
+    for w in "ab":
+        for row in rec[w]["ops"]["rows"]:
+            row["weights_from_memory"] = row["op"] != "input_layernorm"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(rec))
+    lines = report(tmp_path, path).splitlines()
+    assert next(x for x in lines if x.startswith("| input_layernorm |")).endswith("| no (in the L2 on replay) |")
+    assert next(x for x in lines if x.startswith("| self_attn.qkv_proj |")).endswith("| yes |")
+    assert next(x for x in lines if x.startswith("| step_meta |")).endswith("| – |")  # no weights

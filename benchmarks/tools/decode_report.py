@@ -106,6 +106,13 @@ def _verify(recs: list[dict], ref) -> list[str]:
                         "(b) tokens/s (projected)", "command"], rows) + [""]
 
 
+def _memory(row: dict) -> str | None:
+    """Whether an op's replay read its weights from memory as the step does (None: no weights, or a CPU)."""
+    if not row.get("weight_bytes") or row.get("weights_from_memory") is None:
+        return None
+    return "yes" if row["weights_from_memory"] else "no (in the L2 on replay)"
+
+
 def _breakdowns(recs: list[dict], ref) -> list[str]:
     out = ["## Per-op breakdown of the one-token step", ""]
     for r in recs:
@@ -116,9 +123,9 @@ def _breakdowns(recs: list[dict], ref) -> list[str]:
         names = list(dict.fromkeys([*by["a"], *by["b"]]))
         rows = [[n, (by["a"].get(n) or by["b"].get(n))["kind"]] + [x for w in WAYS for x in (
             by[w][n]["ms"] if n in by[w] else None, f"{by[w][n]['share']:.1%}" if n in by[w] else None)]
-            for n in names]
+            + [_memory(by["b"].get(n) or by["a"].get(n))] for n in names]
         out += [f"### {r['model']}, {r['layers']} layers, context {r['context']} {ref(r)}", ""]
-        out += table(["op", "kind", "(a) ms", "(a) share", "(b) ms", "(b) share"], rows)
+        out += table(["op", "kind", "(a) ms", "(a) share", "(b) ms", "(b) share", "weights from memory"], rows)
         out += [""] + [f"- {WAYS[w]}: sum of the ops {ops[w].get('sum_ms')} ms, the whole step {ops[w].get('step_ms')} "
                        f"ms ({ops[w].get('sum_over_step')}x)." + (f" {ops[w]['note']}." if ops[w].get("note") else "")
                        for w in WAYS if ops[w]]

@@ -37,9 +37,10 @@ FUNCTIONS = ((decode_model, "gated", "silu_mul"), (library_ops, "silu_mul", "sil
              (decode_model, "step_meta", "step_meta"))
 METHOD = ("op replay: each op of the one-token step (module or function, with the step's own input tensors) "
           "replayed alone, the calls of all layers of one copy per CUDA graph, rotating over the layer copies as "
-          "the step does (host clock around eager calls on a CPU); timed in interleaved rounds, median. Small "
-          "weights (norms, cos/sin) may stay in the L2 across one op's replays, where the step evicts them; "
-          "the gaps between ops inside the step's one graph are not in the sum.")
+          "the step does (host clock around eager calls on a CPU); timed in interleaved rounds, median. An op whose "
+          "weights over all copies fit in the L2 (weights_from_memory false: the norms, or few layers) finds them "
+          "there on replay, where the step reads them from memory; the gaps between ops inside the step's one "
+          "graph are not in the sum.")
 
 Call = tuple[Callable, tuple, dict]
 
@@ -124,18 +125,35 @@ def _call_all(calls: list[Call]) -> Any:
     return out
 
 
+def weight_bytes(calls: list[Call]) -> int:
+    """Bytes of the weights (parameters and buffers of the modules called) that ``calls`` read."""
+    seen: dict[int, int] = {}
+    for fn, _, _ in calls:
+        if isinstance(fn, torch.nn.Module):
+            for t in list(fn.parameters()) + list(fn.buffers()):
+                seen[t.data_ptr()] = t.numel() * t.element_size()
+    return sum(seen.values())
+
+
 def op_breakdown(model, cache, positions: list[int], step_ms: float, device: torch.device,
                  rounds: int = 5, iters: int = 20) -> dict:
-    """Each unit's ms per step, share of the units' sum, calls per step and kind; the sum against
+    """Each unit's ms per step, share of the units' sum, calls per step, kind and weight bytes per step
+    (``weights_from_memory``: whether one rotation over the copies reads more than the L2 holds, so
+    that each replay finds them in memory as the step does; None on a CPU); the sum against
     ``step_ms`` (the whole step, timed the same way) and the method (module docstring)."""
     by_copy = record_ops(model, cache, positions)
     units = [u for u in UNITS if u in by_copy[0]]
     with torch.no_grad():
         replays = {u: Replay([copy.get(u, []) for copy in by_copy], device) for u in units}
         t = time_steps(replays, device, rounds, iters)
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type != "cpu" else None
     total = sum(t[u]["ms"] for u in units) or float("nan")
-    rows = [{"op": u, "kind": kind_of(u, by_copy[0][u][0][0]), "calls": len(by_copy[0][u]), "ms": round(t[u]["ms"], 5),
-             "share": round(t[u]["ms"] / total, 4)} for u in units]
+    rows = []
+    for u in units:
+        wb = weight_bytes(by_copy[0][u])
+        rows.append({"op": u, "kind": kind_of(u, by_copy[0][u][0][0]), "calls": len(by_copy[0][u]),
+                     "ms": round(t[u]["ms"], 5), "share": round(t[u]["ms"] / total, 4), "weight_bytes": wb,
+                     "weights_from_memory": None if l2 is None else wb * len(by_copy) > l2})
     kinds: dict[str, float] = {}
     for r in rows:
         kinds[r["kind"]] = kinds.get(r["kind"], 0.0) + r["ms"]
