@@ -128,3 +128,18 @@ def test_decode_bench_save_writes_a_record_that_names_its_command(folders, capsy
     assert rec["command"] == ("python -m core decode-bench --model tiny --context 33 --steps 1 --device cpu "
                               "--rounds 1 --iters 1")
     assert f"record saved to {path}" in capsys.readouterr().err
+
+
+def test_a_record_from_before_the_op_replay_shows_the_profilers_breakdown(record, folders, tmp_path):
+    old = {k: v for k, v in record.items() if k not in ("measured_at", "command", "kv_capacity", "fused")}
+    old = {**old, **{w: {k: v for k, v in record[w].items() if k != "ops"} for w in "ab"}}
+    (folders["decode"]).mkdir()
+    (folders["decode"] / "old.json").write_text(json.dumps(old))
+    at = decode_page()
+    ops_a, ops_b = [d.value for d in at.dataframe if "share" in d.value.columns]
+    assert list(ops_b["op"]) == list(record["b"]["breakdown"]["by_kind"])
+    assert any("No op replay in this record" in c.value for c in at.caption)
+    from benchmarks.tools.decode_report import main
+
+    assert main([str(folders["decode"] / "old.json"), "--out", str(tmp_path / "r.md")]) == 0
+    assert "(no command in the record)" in (tmp_path / "r.md").read_text()
