@@ -70,3 +70,9 @@ def test_a_run_cut_short_keeps_the_records_of_the_contexts_it_finished(tmp_path,
     assert main(["decode-bench", "--model", "tiny", "--device", "cpu", "--context", "24,100", "--steps", "1",
                  "--rounds", "1", "--iters", "1", "--save", str(tmp_path)]) == 1
     assert [R.load(p)["context"] for p in R.find([tmp_path])] == [24]
+
+
+def test_a_library_run_counts_the_weights_its_kernels_may_repack():
+    s = load_model("llama-3.1-8b")
+    plain, lib = estimate(s, 32, 1, 1088), estimate(s, 32, 1, 1088, library=True)
+    assert lib["total"] - plain["total"] == plain["(a)'s repacked int4 weights"] > 3 << 30  # 8B: 3.4 GiB of int4

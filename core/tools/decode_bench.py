@@ -200,7 +200,8 @@ def run_all(args, say=lambda line: None, on_record=lambda record: None) -> list[
     from core.tools.decode_memory import check_fits, estimate
 
     top = max(capacity.values())
-    need = check_fits(shape, layers, copies, top, device) if gpu else estimate(shape, layers, copies, top, 4)
+    lib = bool(args.library or args.seed_library or args.champions)
+    need = check_fits(shape, layers, copies, top, device, lib) if gpu else estimate(shape, layers, copies, top, 4, lib)
     s = _setup(args, shape, device, layers, copies, top, champions, say)
     records = []
     try:

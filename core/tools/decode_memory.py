@@ -23,14 +23,17 @@ def projections(s: ModelShape) -> list[tuple[int, int]]:
             (s.intermediate, s.hidden), (s.hidden, s.intermediate)]
 
 
-def estimate(s: ModelShape, layers: int, copies: int, capacity: int, elt: int = 2) -> dict[str, int]:
+def estimate(s: ModelShape, layers: int, copies: int, capacity: int, elt: int = 2,
+             library: bool = False) -> dict[str, int]:
     """Bytes by part of a run of ``layers`` x ``copies`` layers with KV caches of ``capacity`` tokens
-    (``elt`` bytes per activation element: 2 for bf16)."""
+    (``elt`` bytes per activation element: 2 for bf16); with ``library``, (b)'s kernels may repack
+    every 4-bit weight once more (a template's repack, e.g. the tensor-core GEMV's)."""
     int4 = sum(n * k // 2 + (k // 128) * n * elt for n, k in projections(s))  # words + group scales
     kv = 2 * s.kv_heads * capacity * s.head_dim * layers  # K and V elements of one cache
     biggest = max(n * k for n, k in projections(s))
     parts = {"4-bit weights ((b) and the reference)": int4 * layers * copies,
              "(a)'s repacked int4 weights": int4 * layers * copies,
+             "(b)'s repacked weights (where its kernels repack)": int4 * layers * copies if library else 0,
              "embedding and LM head": 2 * s.vocab * s.hidden * elt,
              "two KV caches ((a), (b))": 2 * kv * elt,
              "float32 reference: KV cache, one dequantised projection, LM head": kv * 4 + biggest * 4 * 2
@@ -40,9 +43,10 @@ def estimate(s: ModelShape, layers: int, copies: int, capacity: int, elt: int = 
     return parts
 
 
-def check_fits(s: ModelShape, layers: int, copies: int, capacity: int, device: torch.device) -> dict[str, int]:
+def check_fits(s: ModelShape, layers: int, copies: int, capacity: int, device: torch.device,
+               library: bool = False) -> dict[str, int]:
     """:func:`estimate`, or ValueError (one line) when its total exceeds the device's free memory."""
-    need = estimate(s, layers, copies, capacity)
+    need = estimate(s, layers, copies, capacity, library=library)
     free, _ = torch.cuda.mem_get_info(device)
     if need["total"] > free:
         raise ValueError(f"{s.name} with {layers} layers x {copies} copies and a KV cache of {capacity} tokens needs "
