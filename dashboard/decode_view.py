@@ -90,8 +90,9 @@ def _verify(rec: dict) -> None:
 
 def _breakdown(rec: dict) -> None:
     st.subheader("Per-op breakdown of the one-token step")
-    for col, w in zip(st.columns(2), D.WAYS):
+    for w in D.WAYS:  # one under the other: each table is wide
         df, note = D.breakdown(rec, w)
+        col = st.container()
         col.markdown(f"**{D.WAYS[w]}**")
         col.dataframe(df, hide_index=True, key=f"decode_ops_{w}", height=36 * (len(df) + 1) + 3, column_config={
             "ms": st.column_config.NumberColumn("ms per step", format="%.4f"),
