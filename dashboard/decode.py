@@ -93,6 +93,7 @@ def breakdown(rec: dict, way: str) -> tuple[pd.DataFrame, str]:
     prof = x.get("breakdown") or {}
     rows = [{"op": k, "kind": k, "calls": None, "ms": v["us"] / 1000, "share": v["share"], "weights_from_memory": None}
             for k, v in (prof.get("by_kind") or {}).items()]
+    failed = f"The op replay failed: {ops['error']}" if ops and ops.get("error") else "No op replay in this record."
     note = (f"{prof.get('source', 'no breakdown')}; kernels grouped into op kinds by their names (a heuristic). "
-            "No op replay in this record.")
+            + failed)
     return pd.DataFrame(rows, columns=["op", "kind", "calls", "ms", "share", "weights_from_memory"]), note

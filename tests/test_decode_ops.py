@@ -77,3 +77,18 @@ def test_each_op_says_how_many_weight_bytes_it_reads_per_step():
     assert rows["lm_head"]["weight_bytes"] == 512 * 256 * 4
     assert rows["step_meta"]["weight_bytes"] == 0
     assert {row["weights_from_memory"] for row in r["rows"]} == {None}  # no L2 to speak of on a CPU
+
+
+def test_a_failed_op_replay_costs_the_breakdown_not_the_steps_figures(monkeypatch):
+    from core.cli_parser import build_parser
+    from core.tools import decode_ops
+    from core.tools.decode_bench import run
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("capture refused")
+
+    monkeypatch.setattr(decode_ops, "op_breakdown", fails)
+    r = run(build_parser().parse_args(["decode-bench", "--model", "tiny", "--device", "cpu", "--context", "30",
+                                       "--steps", "1", "--rounds", "1", "--iters", "1"]))
+    assert r["b"]["ops"] == {"error": "RuntimeError: capture refused"} and r["b"]["tokens_per_s"] > 0
+    assert r["b"]["logits"]["steps"] == 1
