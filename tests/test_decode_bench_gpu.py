@@ -57,3 +57,14 @@ def test_two_contexts_from_one_8b_layer_each_attend_over_their_own_cache(tmp_pat
         assert r["peak_memory_bytes"] < r["memory_estimate_bytes"]
         for w in ("a", "b"):
             assert r[w]["logits"]["argmax_agree"] == r[w]["logits"]["argmax_counted"], (r["context"], w)
+
+
+def test_one_8b_layer_with_rmsnorm_fused_into_qkv_runs_the_fused_cuda_kernel_and_its_logits_agree(tmp_path):
+    args = build_parser().parse_args(["decode-bench", "--model", "llama-3.1-8b", "--layers", "1", "--context", "256",
+                                      "--steps", "8", "--rounds", "2", "--iters", "5", "--seed-library", "--no-compile",
+                                      "--library-out", str(tmp_path / "lib"), "--fuse", "norm-qkv", "--tolerance", "0.2"])
+    r = run(args)
+    assert not r["refused"], r["refused"]
+    assert r["fused"] == {"norm-qkv": 1} and "exact" in r["dispatch_by_op"]["rmsnorm_w4a16"]
+    lg = r["b"]["logits"]
+    assert lg["max_error_over_std"] < 0.1 and lg["argmax_agree"] == lg["argmax_counted"], lg
