@@ -1,4 +1,5 @@
-"""The library's PyTorch ops: ``abebot::rmsnorm``, ``abebot::rope``, ``abebot::silu_mul``, ``abebot::w4a16``.
+"""The library's PyTorch ops: ``abebot::rmsnorm``, ``abebot::rope``, ``abebot::silu_mul``, ``abebot::w4a16``,
+``abebot::rmsnorm_w4a16`` (RMSNorm fused into the 4-bit product, which decode-bench's ``--fuse norm-qkv`` uses).
 
 Each op is a ``torch.library.custom_op`` with a ``register_fake``, so ``torch.compile`` sees one
 opaque node of known output shape (no graph break into the dispatcher's Python) and CUDA graph
@@ -8,7 +9,7 @@ its own) and falls back to the native path (:mod:`core.library.native`) when no 
 call, when no dispatcher is active, or when a tensor is not laid out as the kernels read it
 (not contiguous, mixed dtypes).
 
-The public functions :func:`rmsnorm`, :func:`rope`, :func:`silu_mul` and :func:`w4a16` are what a
+The public functions :func:`rmsnorm`, :func:`rope`, :func:`silu_mul`, :func:`w4a16` and :func:`rmsnorm_w4a16` are what a
 model calls. Under ``torch.compile`` they emit the custom op; in eager mode they call its
 implementation directly: calling a custom op whose body does nothing took 7-10 us of host time
 per call on our development CPU (torch 2.13), more than the 5 us budget of a whole call, and the
@@ -31,7 +32,8 @@ Argument conventions (the workloads' layouts, docs/library.md):
   cos_sin_cache (max_positions, 2, head // 2))`` rotates q and k in place (NeoX style);
 * ``silu_mul(gate (..., hidden), up (..., hidden))`` -> ``silu(gate) * up``;
 * ``w4a16(x (..., K), qweight (K // 8, N) int32, scales (K // 128, N), zeros (K // 128, N) uint8 or
-  None)`` -> (..., N): GPTQ's layout (:mod:`core.library.quant_linear`).
+  None)`` -> (..., N): GPTQ's layout (:mod:`core.library.quant_linear`);
+* ``rmsnorm_w4a16(x (..., K), gamma (K,), qweight, scales, eps)`` -> ``w4a16(rmsnorm(x, gamma))``, symmetric weights.
 """
 from __future__ import annotations
 
@@ -192,6 +194,27 @@ def w4a16_impl(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
     return native.w4a16(x.reshape(m, k), qweight.view(groups, 16, n), scales, zeros).view(*x.shape[:-1], n)
 
 
+def rmsnorm_w4a16_impl(x: torch.Tensor, gamma: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                       eps: float) -> torch.Tensor:
+    k, n = x.shape[-1], qweight.shape[-1]
+    groups, m = k // 128, x.numel() // k
+    d = _state["dispatcher"]
+    if d is not None and _dense(x, gamma, qweight, scales) and x.dtype == gamma.dtype == scales.dtype:
+        y = x.new_empty((*x.shape[:-1], n))
+        problem = {"m": m, "n": n, "k_groups": groups, "dtype": _dtype(x), "eps": float(eps)}
+        t = {"x": x, "gamma": gamma, "qweight": qweight, "scales": scales, "y": y}  # addresses; shapes below
+        kind, index = _where(x)
+
+        def shaped() -> dict:
+            return {"x": x.view(m, groups, 128), "gamma": gamma.view(groups, 128),
+                    "qweight": qweight.view(groups, 16, n), "scales": scales, "y": y.view(m, n)}
+
+        if d.run("rmsnorm_w4a16", problem, t, kind, index, shaped):
+            return y
+    xn = native.rmsnorm(x.reshape(m, k), gamma, None, eps)
+    return native.w4a16(xn, qweight.view(groups, 16, n), scales, None).view(*x.shape[:-1], n)
+
+
 # -- the custom ops -----------------------------------------------------------------------------
 
 @torch.library.custom_op("abebot::rmsnorm", mutates_args=("residual",))
@@ -235,6 +258,18 @@ def w4a16_op(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros
 
 @w4a16_op.register_fake
 def _w4a16_fake(x, qweight, scales, zeros):
+    return x.new_empty((*x.shape[:-1], qweight.shape[-1]))
+
+
+@torch.library.custom_op("abebot::rmsnorm_w4a16", mutates_args=())
+def rmsnorm_w4a16_op(x: torch.Tensor, gamma: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                     eps: float) -> torch.Tensor:
+    """``rmsnorm(x) * gamma . dequant(W)``: RMSNorm fused into the 4-bit product (symmetric weights)."""
+    return rmsnorm_w4a16_impl(x, gamma, qweight, scales, eps)
+
+
+@rmsnorm_w4a16_op.register_fake
+def _rmsnorm_w4a16_fake(x, gamma, qweight, scales, eps):
     return x.new_empty((*x.shape[:-1], qweight.shape[-1]))
 
 
@@ -330,3 +365,11 @@ def _w4a16(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: 
         plan.count[0] += 1
         return y
     return w4a16_impl(x, qweight, scales, zeros, key)
+
+
+def rmsnorm_w4a16(x: torch.Tensor, gamma: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                  eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm then the 4-bit product in one kernel; the custom op under ``torch.compile``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.abebot.rmsnorm_w4a16(x, gamma, qweight, scales, eps)
+    return rmsnorm_w4a16_impl(x, gamma, qweight, scales, eps)
