@@ -176,6 +176,7 @@ class CudaBackend(TorchGpuBackend):
     language = "cuda"
     source_suffix = ".cu"
     entry_kind = "an `extern \"C\" __global__` CUDA kernel, compiled by NVRTC"
+    ptx_edits, line_comment = True, "//"  # the machine_code gene group (core/backends/ptx, docs/machine-code.md)
 
     @classmethod
     def availability(cls) -> str | None:

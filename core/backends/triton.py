@@ -43,6 +43,7 @@ class TritonBackend(TorchGpuBackend):
     language = "python"
     source_suffix = ".py"
     entry_kind = "a Python module of `@triton.jit` kernels with a `launch(...)` function"
+    ptx_edits, line_comment = True, "#"  # the machine_code gene group (core/backends/ptx/triton_hook.py)
 
     @classmethod
     def load_writes(cls, compile_dir: Path) -> list[str]:
