@@ -1,7 +1,9 @@
 """Finding and running ptxas: edited PTX assembled for the device's architecture.
 
-ptxas needs no GPU. It is looked for in ``$ABEBOT_PTXAS``, then beside Triton (which bundles one:
-``triton/backends/nvidia/bin/ptxas``), then on ``PATH``, then in ``$CUDA_HOME/bin``.
+ptxas needs no GPU. It is looked for in ``$ABEBOT_PTXAS``, then on ``PATH``, in ``$CUDA_HOME/bin``
+(``$CUDA_PATH``, ``/usr/local/cuda``), in the ``nvidia-cuda-nvcc`` wheel, and last beside Triton (which
+bundles one: ``triton/backends/nvidia/bin/ptxas``): a toolkit's ptxas is likelier to know the PTX
+version its NVRTC writes.
 """
 from __future__ import annotations
 
@@ -17,14 +19,17 @@ from pathlib import Path
 @functools.lru_cache(maxsize=1)
 def find_ptxas() -> str | None:
     """The path of a ptxas binary, or None when there is none on this machine."""
-    candidates = [os.environ.get("ABEBOT_PTXAS", "")]
-    spec = util.find_spec("triton")
-    if spec is not None and spec.origin:
-        candidates.append(str(Path(spec.origin).parent / "backends" / "nvidia" / "bin" / "ptxas"))
-    candidates.append(shutil.which("ptxas") or "")
+    candidates = [os.environ.get("ABEBOT_PTXAS", ""), shutil.which("ptxas") or ""]
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if home:
             candidates.append(str(Path(home) / "bin" / "ptxas"))
+    for package, where in (("nvidia", ("cuda_nvcc", "bin", "ptxas")), ("triton", ("backends", "nvidia", "bin", "ptxas"))):
+        try:
+            spec = util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            candidates.append(str(Path(root).joinpath(*where)))
     return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
 
