@@ -118,3 +118,14 @@ def test_the_gene_refuses_non_canonical_or_malformed_lists():
     assert "canonical" in gene.validate(("nc:ld.global#0", "cop:ld.global#0=cs"))
     assert "unknown kind" in gene.validate(("frob:ld.global#0",))
     assert gene.from_json(["nc:ld.global#0", "cop:ld.global#0=cs"]) == ("cop:ld.global#0=cs", "nc:ld.global#0")
+
+
+def test_the_surrogate_features_genomes_with_and_without_edits_alike():
+    from types import SimpleNamespace
+
+    from core.search.surrogate import _features
+
+    plain = Genome(OLD)
+    edited = Genome({**OLD, "machine_code": {"edits": ["nc:ld.global#0"]}})
+    x = _features([SimpleNamespace(genome=plain), SimpleNamespace(genome=edited)], {})
+    assert x.shape == (2, 5) and x[0, 1] != x[1, 1]
