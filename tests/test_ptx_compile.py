@@ -96,3 +96,27 @@ def test_the_cuda_compile_options_become_a_ptx_compile_and_ptxas_options():
 def test_a_source_without_edits_is_left_byte_for_byte():
     assert carry.attach("int x;\n", ()) == "int x;\n"
     assert carry.carried(carry.attach("int x;", ("nc:ld.global#0",))) == ("nc:ld.global#0",)
+
+
+def test_attach_wraps_only_the_modules_own_jit_functions():
+    pytest.importorskip("triton.backends.compiler")
+    import types
+
+    import triton
+
+    from core.backends.ptx import triton_hook
+
+    def own(x):
+        pass
+
+    def foreign(x):
+        pass
+
+    module = types.ModuleType("abebot_triton_probe")
+    own.__module__ = module.__name__
+    module.own, module.foreign = triton.jit(own), triton.jit(foreign)
+    assert triton_hook.attach(module, ("nc:ld.global#0",)) == 1
+    assert "run" in vars(module.own) and "run" not in vars(module.foreign)
+    options = types.SimpleNamespace(ir_override=triton_hook.marker(("nc:ld.global#0",)))
+    assert triton_hook.edits_of(options) == ("nc:ld.global#0",)
+    assert triton_hook.edits_of(types.SimpleNamespace(ir_override="kernel.ptx")) == ()

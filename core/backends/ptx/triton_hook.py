@@ -75,7 +75,7 @@ def attach(module: Any, edits) -> int:
     for obj in list(vars(module).values()):
         for _ in range(8):  # Autotuner -> Heuristics -> JITFunction
             if isinstance(obj, JITFunction):
-                if "run" not in vars(obj):
+                if "run" not in vars(obj) and getattr(obj.fn, "__module__", None) == module.__name__:  # its own only
                     obj.run = _run_with(obj, value)
                     done += 1
                 break
