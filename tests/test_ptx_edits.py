@@ -143,3 +143,35 @@ def test_malformed_edits_are_refused_in_one_line(bad):
 def test_census_counts_the_editable_families():
     c = census(ADD_RMS)
     assert c["ld.global"] == 24 and c["st.global"] == 16
+
+
+ROPE = (FIXTURES / "rope_cuda.ptx").read_text()
+
+
+def test_a_loaded_32_bit_index_leaves_its_buffer_provably_read_only():
+    # RoPE's cos/sin rows are found through positions loaded from memory; q and k are rotated in place
+    from core.backends.ptx.dataflow import read_only_loads
+
+    ptx = parse(ROPE)
+    fn = ptx.functions[0]
+    ro = read_only_loads(ptx, fn)
+    loads = [(i, ins) for i, ins in ptx.instructions() if ins.root == "ld" and "global" in ins.parts]
+    # the positions (.nc already), then q, k, cos, sin one element at a time, then the same as vectors
+    assert [i in ro for i, _ in loads] == [True, False, False, True, True, False, False, True, True]
+    _, report = apply_edits(ROPE, ["nc:ld.global#1", "nc:ld.global#3"])
+    assert [o.status for o in report] == ["refused", "applied"]  # q/k is written; cos/sin is not
+
+
+def test_nothing_is_read_only_in_a_function_that_calls_another():
+    poisoned = ROPE.replace("\tret;", "\tcall.uni \tsome_func, ();\n\tret;", 1)
+    _, report = apply_edits(poisoned, ["nc:ld.global#3"])
+    assert report[0].status == "refused"
+
+
+@needs_ptxas
+def test_cuda_c_ptx_takes_every_qualifier_edit():
+    edits = ["nc:ld.global#3", "evict:ld.global#2=evict_first", "l2hint:st.global#0=evict_last",
+             "pfsize:ld.global#4=128B", "prefetch:ld.global#4=L2::evict_last", "maxnreg:*=40"]
+    edited, report = apply_edits(ROPE, edits)
+    assert summary(report)["applied"] == len(edits), report
+    assert assemble(edited, "sm_90", ())[0][:4] == b"\x7fELF"

@@ -3,11 +3,13 @@
 * :func:`read_only_loads` -- the global loads whose address derives only from pointer parameters
   that no store, atomic or reduction of the function can write through. Every register's *origin*
   (the parameters and symbols it may derive from) is computed to a fixed point over all its
-  definitions, whatever the control flow; a pointer loaded from memory, or written by an
-  instruction we do not model, has an unknown origin, and one write through an unknown address
-  proves nothing read-only. Distinct pointer parameters are taken to be distinct allocations:
+  definitions, whatever the control flow; a 64-bit value loaded from memory (a pointer, maybe), or
+  a register written by an instruction we do not model, has an unknown origin (a 32-bit value
+  loaded from memory is an index: it adds no origin, as a 32-bit parameter adds none), and one
+  write through an unknown address proves nothing read-only. Distinct pointer parameters are taken
+  to be distinct allocations:
   AbeBot binds every tensor of a workload to a buffer of its own (an ``inout`` tensor is one
-  parameter), which the harness's guard zones check.
+  parameter), which the harness's guard zones check. Only ``.entry`` functions without calls qualify.
 * :func:`movable` and :func:`independent` -- which instructions a ``move`` edit may carry, and
   whether two of them may trade places: no register read or written by one is written by the other,
   and two memory accesses trade places only when both read, or when they are in different explicit
@@ -54,7 +56,8 @@ def _derived(ins: Instr, origin: dict[str, frozenset]) -> frozenset:
                 return frozenset()  # a 32-bit (or narrower) scalar parameter is no pointer
             name = re.match(r"\[\s*([$A-Za-z_][\w$]*)", ins.operands[1]) if len(ins.operands) > 1 else None
             return frozenset({name.group(1)}) if name else frozenset({UNKNOWN})
-        return frozenset({UNKNOWN})
+        # a value of 32 bits or fewer loaded from memory is an index, not a pointer; a 64-bit one may be one
+        return frozenset({UNKNOWN}) if any(t[1:] == "64" for t in ins.parts) else frozenset()
     if ins.root not in PURE:
         return frozenset({UNKNOWN})
     out: frozenset = frozenset()
@@ -92,11 +95,17 @@ def global_writes(ins: Instr) -> bool:
 
 
 def read_only_loads(ptx: Ptx, fn: Function) -> set[int]:
-    """Line indices of ``fn``'s plain global loads that no write of ``fn`` may alias."""
+    """Line indices of ``fn``'s plain global loads that no write of ``fn`` may alias. None in a
+    ``.func`` (its caller may pass one buffer as two pointers) or in a function that calls another
+    (the callee's writes are not seen here)."""
+    if fn.kind != "entry":
+        return set()
     origin = origins(ptx, fn)
     written: set = set()
     for i in range(*fn.body):
         ins = ptx.lines[i].instr
+        if ins is not None and ins.root == "call":
+            return set()
         if ins is not None and global_writes(ins):
             written |= address_origin(ins, origin)
         elif ins is not None and ins.root not in PURE | MEMORY and ins.memory_operand() is not None \
