@@ -175,3 +175,35 @@ def test_cuda_c_ptx_takes_every_qualifier_edit():
     edited, report = apply_edits(ROPE, edits)
     assert summary(report)["applied"] == len(edits), report
     assert assemble(edited, "sm_90", ())[0][:4] == b"\x7fELF"
+
+
+def test_a_line_holding_several_instructions_is_opaque_to_every_proof():
+    line = "\tmov.u32 \t%r900, %r901; st.global.u32 \t[%rd4], %r900;"
+    text = LOOP.replace("$L__BB0_2:", line + "\n$L__BB0_2:", 1)
+    assert parse(text).text() == text
+    _, report = apply_edits(text, ["nc:ld.global#0"])
+    assert report[0].status == "refused"  # that line may store anywhere
+
+
+def test_a_prefetch_never_lands_above_the_register_declarations():
+    # the positions load's address is computed in the entry segment: the prefetch goes after the .reg lines
+    edited, report = apply_edits(ROPE, ["prefetch:ld.global#0=L2"])
+    assert report[0].status == "applied"
+    lines = edited.splitlines()
+    at = next(i for i, x in enumerate(lines) if "prefetch.global" in x)
+    assert all(not x.strip().startswith(".reg") for x in lines[at:])
+
+
+def test_a_register_only_inline_asm_line_leaves_the_proof_standing_but_taints_its_registers():
+    line = "\t{ .reg .f16 l, h; mov.b32 {l, h}, %r900; cvt.f32.f16 %r901, l; }"
+    text = LOOP.replace("$L__BB0_2:", line + "\n$L__BB0_2:", 1)
+    _, report = apply_edits(text, ["nc:ld.global#0"])
+    assert report[0].status == "applied"
+    from core.backends.ptx.dataflow import UNKNOWN, origins
+
+    ptx = parse(text)
+    assert origins(ptx, ptx.functions[0])["%r901"] == frozenset({UNKNOWN})
+
+
+def test_a_brace_with_a_comment_is_still_a_scope():
+    assert parse("\t{ // callseq 0, 0\n").lines[0].kind == "open"

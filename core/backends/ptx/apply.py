@@ -192,7 +192,7 @@ class _State:
         where = at
         while where > 0:
             prev = lines[where - 1]
-            if self._boundary(prev) or (prev.kind == "instr" and (
+            if self._boundary(prev) or (prev.kind != "instr" and not prev.transparent) or (prev.kind == "instr" and (
                     not dataflow.movable(prev.instr) or prev.instr.writes() & set(needed))):
                 break
             where -= 1
@@ -214,8 +214,10 @@ class _State:
             if i < 0 or i >= len(lines) or self._boundary(lines[i]):
                 raise _Refused(f"only {crossed} instructions to cross before the segment's edge")
             other = lines[i]
-            if other.kind != "instr":
+            if other.kind != "instr" and other.transparent:
                 continue
+            if other.kind != "instr":
+                raise _Refused(f"will not cross {other.text.strip()[:60]!r}")
             if not dataflow.movable(other.instr) or not dataflow.independent(line.instr, other.instr):
                 raise _Refused(f"depends on {other.instr.opcode} {', '.join(other.instr.operands)}")
             crossed += 1

@@ -37,6 +37,9 @@ _WRITERS = frozenset({"st", "atom", "red", "cp", "multimem", "tensormap", "stmat
 def origins(ptx: Ptx, fn: Function) -> dict[str, frozenset]:
     """Register -> the pointer parameters / symbols it may derive from ({UNKNOWN} when not known)."""
     origin: dict[str, frozenset] = {}
+    for i in range(*fn.body):  # a register a line we do not understand mentions may hold anything
+        if ptx.lines[i].opaque:
+            origin.update({reg: frozenset({UNKNOWN}) for reg in _REG.findall(ptx.lines[i].text.split("//")[0])})
     instrs = [ptx.lines[i].instr for i in range(*fn.body) if ptx.lines[i].kind == "instr"]
     changed = True
     while changed:
@@ -96,15 +99,16 @@ def global_writes(ins: Instr) -> bool:
 
 def read_only_loads(ptx: Ptx, fn: Function) -> set[int]:
     """Line indices of ``fn``'s plain global loads that no write of ``fn`` may alias. None in a
-    ``.func`` (its caller may pass one buffer as two pointers) or in a function that calls another
-    (the callee's writes are not seen here)."""
+    ``.func`` (its caller may pass one buffer as two pointers), in a function that calls another
+    (the callee's writes are not seen here) or that holds a line we do not understand which may
+    write memory (registers such a line mentions get an unknown origin)."""
     if fn.kind != "entry":
         return set()
     origin = origins(ptx, fn)
     written: set = set()
     for i in range(*fn.body):
         ins = ptx.lines[i].instr
-        if ins is not None and ins.root == "call":
+        if (ins is not None and ins.root == "call") or (ptx.lines[i].opaque and _may_write(ptx.lines[i].text)):
             return set()
         if ins is not None and global_writes(ins):
             written |= address_origin(ins, origin)
@@ -122,6 +126,12 @@ def read_only_loads(ptx: Ptx, fn: Function) -> set[int]:
         if UNKNOWN not in where and not (where & written):
             out.add(i)
     return out
+
+
+def _may_write(text: str) -> bool:
+    """Whether a line we do not understand may write memory (an address, a store, an atomic, a call)."""
+    code = text.split("//", 1)[0]
+    return "[" in code or re.search(r"\b(st|atom|red|cp|call|multimem|tensormap|stmatrix|wgmma)\.", code) is not None
 
 
 def movable(ins: Instr) -> bool:

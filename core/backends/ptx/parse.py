@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 
 _LABEL = re.compile(r"^\s*([$A-Za-z_][\w$]*):\s*(//.*)?$")
-_INSTR = re.compile(r"^(\s*)(@!?%[\w$]+\s+)?([a-z][\w.:]*)(\s+(.*?))?\s*;\s*(//.*)?$")
+_INSTR = re.compile(r"^(\s*)(@!?%[\w$]+\s+)?([a-z][\w.:]*)(\s+([^;]*?))?\s*;\s*(//.*)?$")
+_DECLARATIONS = (".reg", ".local", ".shared", ".param", ".pragma")
 _REG = re.compile(r"%[A-Za-z_$][\w$]*")
 _FUNC = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+|\.extern\s+)*\.(entry|func)\s+(?:\([^)]*\)\s*)?([$A-Za-z_][\w$]*)")
 _BRANCH_ROOTS = ("bra", "brx", "call")
@@ -98,6 +99,19 @@ class Line:
     def render(self) -> str:
         return self.instr.render() if self.dirty and self.instr is not None else self.text
 
+    @property
+    def transparent(self) -> bool:
+        """Whether instructions may move across this line, which is no instruction: blank, a comment,
+        ``.loc`` (branch-target labels are checked apart, :meth:`Ptx.segments`)."""
+        t = self.text.strip()
+        return self.kind == "label" or (self.kind == "other" and (not t or t.startswith(("//", ".loc"))))
+
+    @property
+    def opaque(self) -> bool:
+        """A line inside a function body that we do not understand (several instructions on one
+        line, an inline-asm block on one line...): it may read or write anything."""
+        return self.kind == "other" and not self.transparent and not self.text.strip().startswith(_DECLARATIONS)
+
 
 @dataclass
 class Function:
@@ -145,11 +159,12 @@ class Ptx:
 
 def classify(text: str) -> Line:
     """One line of PTX, classified."""
-    stripped = text.strip()
+    stripped = text.split("//", 1)[0].strip()  # a brace may carry a comment: "{ // callseq 0, 0"
     if stripped == "{":
         return Line(text, "open")
     if stripped == "}":
         return Line(text, "close")
+    stripped = text.strip()
     m = _LABEL.match(text)
     if m:
         return Line(text, "label", label=m.group(1))
