@@ -207,3 +207,10 @@ def test_a_register_only_inline_asm_line_leaves_the_proof_standing_but_taints_it
 
 def test_a_brace_with_a_comment_is_still_a_scope():
     assert parse("\t{ // callseq 0, 0\n").lines[0].kind == "open"
+
+
+def test_a_tensor_map_store_proves_nothing_read_only():
+    tma = "\tcp.async.bulk.tensor.2d.global.shared::cta.bulk_group \t[%rd2, {%r1, %r2}], [%r3];"
+    text = LOOP.replace("\tret;", tma + "\n\tret;", 1)
+    _, report = apply_edits(text, ["nc:ld.global#0"])
+    assert report[0].status == "refused"

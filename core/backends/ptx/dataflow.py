@@ -110,8 +110,9 @@ def read_only_loads(ptx: Ptx, fn: Function) -> set[int]:
         ins = ptx.lines[i].instr
         if (ins is not None and ins.root == "call") or (ptx.lines[i].opaque and _may_write(ptx.lines[i].text)):
             return set()
-        if ins is not None and global_writes(ins):
-            written |= address_origin(ins, origin)
+        if ins is not None and global_writes(ins):  # a bulk tensor copy's operand is its tensor map, not its target
+            tensor = "tensor" in ins.parts or ins.root in ("tensormap", "multimem")
+            written |= {UNKNOWN} if tensor else address_origin(ins, origin)
         elif ins is not None and ins.root not in PURE | MEMORY and ins.memory_operand() is not None \
                 and ins.root not in ("atom", "red", "bar", "barrier", "mbarrier", "fence", "membar"):
             written |= {UNKNOWN}  # an instruction we do not model that takes an address
