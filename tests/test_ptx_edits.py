@@ -164,6 +164,7 @@ def test_a_loaded_32_bit_index_leaves_its_buffer_provably_read_only():
 
 def test_nothing_is_read_only_in_a_function_that_calls_another():
     poisoned = ROPE.replace("\tret;", "\tcall.uni \tsome_func, ();\n\tret;", 1)
+    assert poisoned != ROPE
     _, report = apply_edits(poisoned, ["nc:ld.global#3"])
     assert report[0].status == "refused"
 
@@ -180,7 +181,7 @@ def test_cuda_c_ptx_takes_every_qualifier_edit():
 def test_a_line_holding_several_instructions_is_opaque_to_every_proof():
     line = "\tmov.u32 \t%r900, %r901; st.global.u32 \t[%rd4], %r900;"
     text = LOOP.replace("$L__BB0_2:", line + "\n$L__BB0_2:", 1)
-    assert parse(text).text() == text
+    assert text != LOOP and parse(text).text() == text
     _, report = apply_edits(text, ["nc:ld.global#0"])
     assert report[0].status == "refused"  # that line may store anywhere
 
@@ -212,5 +213,6 @@ def test_a_brace_with_a_comment_is_still_a_scope():
 def test_a_tensor_map_store_proves_nothing_read_only():
     tma = "\tcp.async.bulk.tensor.2d.global.shared::cta.bulk_group \t[%rd2, {%r1, %r2}], [%r3];"
     text = LOOP.replace("\tret;", tma + "\n\tret;", 1)
+    assert text != LOOP and apply_edits(LOOP, ["nc:ld.global#0"])[1][0].status == "applied"
     _, report = apply_edits(text, ["nc:ld.global#0"])
     assert report[0].status == "refused"
