@@ -11,7 +11,8 @@ each target, one :class:`core.tools.check.Checker` (the sandbox, the baselines t
 1. the unedited seed (verification on every shape, paired timing against the primary baseline);
 2. each variant: a few edits chosen from the unedited PTX (``nc`` on the provably read-only loads,
    ``evict_first`` / ``pf256`` / ``l2_first`` / ``prefetch`` on the first global loads, ``hoist``
-   moves), carried in the source exactly as the GA's ``machine_code`` gene carries them
+   moves; ``roundtrip`` is one edit that matches nothing, so it measures the edit path alone: for
+   CUDA C, a cubin assembled by the standalone ptxas instead of NVRTC's built-in one), carried in the source exactly as the GA's ``machine_code`` gene carries them
    (:mod:`core.backends.ptx.carry`), compiled by the backend's real path (NVRTC -> PTX -> edits ->
    ptxas, or Triton's PTX stage) and verified and timed the same way;
 3. the unedited seed again (the drift of the unedited time over the target's checks).
@@ -57,7 +58,7 @@ TARGETS = {
     "rmsnorm:triton": ("rmsnorm", "triton", {"rows": 16, "residual": True}),
     "rope:cuda": ("rope", "cuda", {"tokens": 16}), "rope:triton": ("rope", "triton", {"tokens": 16}),
 }
-VARIANTS = ("nc", "evict_first", "pf256", "l2_first", "prefetch", "hoist")
+VARIANTS = ("roundtrip", "nc", "evict_first", "pf256", "l2_first", "prefetch", "hoist")
 
 
 def menu(ptx_text: str) -> dict[str, list[str]]:
@@ -71,6 +72,7 @@ def menu(ptx_text: str) -> dict[str, list[str]]:
     nc = [f"nc:ld.global#{k}" for k, i in enumerate(lines) if i in read_only and "nc" not in loads[k].parts]
     first = range(min(8, len(loads)))
     return {
+        "roundtrip": ["cop:ld.global#999=cg"],  # a no-op: the PTX path alone (CUDA C: ptxas instead of NVRTC's own)
         "nc": nc[:8],
         "evict_first": [f"evict:ld.global#{k}=evict_first" for k in first],
         "pf256": [f"pfsize:ld.global#{k}=256B" for k in first],
@@ -251,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the JSON, the log, the SASS diffs and the PTX")
     ap.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of: {', '.join(TARGETS)}")
-    ap.add_argument("--variants", default="nc,evict_first,pf256,l2_first", help=f"comma-separated, of: {', '.join(VARIANTS)}")
+    ap.add_argument("--variants", default="roundtrip,nc,evict_first,pf256,l2_first", help=f"comma-separated, of: {', '.join(VARIANTS)}")
     ap.add_argument("--budget-s", type=float, default=170.0, help="stop starting checks after this many seconds")
     ap.add_argument("--timing-s", type=float, default=0.1, help="timing target per kernel (seconds)")
     args = ap.parse_args(argv)
