@@ -127,7 +127,10 @@ def _with_machine_code_source(render: Callable) -> Callable:
     @functools.wraps(render)
     def wrapped(self: Template, genome: Genome) -> KernelSource:
         kernel = render(self, genome)
-        edits = genome["machine_code"]["edits"]
+        try:
+            edits = genome["machine_code"]["edits"]
+        except (KeyError, TypeError):  # not a Genome (a test's plain mapping): no edits
+            edits = ()
         backend = _ptx_backend(self) if edits else None
         if backend is None:
             return kernel
