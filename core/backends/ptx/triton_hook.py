@@ -87,6 +87,7 @@ def attach(module: Any, edits) -> int:
 
 def _run_with(fn: Any, value: str):
     def run(*args, **kwargs):
-        kwargs.setdefault("ir_override", value)
+        if kwargs.get("ir_override") is None:
+            kwargs["ir_override"] = value
         return type(fn).run(fn, *args, **kwargs)  # the class's run at call time (compile-only processes patch it)
     return run
