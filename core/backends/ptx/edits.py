@@ -137,7 +137,7 @@ class Alphabet:
     kinds: tuple[str, ...] = KIND_ORDER
     occurrences: int = 16
     sites: tuple[str, ...] = ()  # addresses ("ld.global#0", "fma#3"...) a census found; () for any
-    move_families: tuple[str, ...] = ("ld.global", "ld.shared", "st.global", "cvt", "fma", "mul", "add", "shfl")
+    move_families: tuple[str, ...] = ("ld.global", "ld.shared", "st.global", "cvt", "fma", "mul", "add")
 
     def draw(self, rng: random.Random) -> str:
         """A random legal edit."""
