@@ -7,7 +7,8 @@
 * :mod:`.qualifiers` -- legal cache operators, eviction priorities and prefetch sizes of ld/st;
 * :mod:`.apply` -- an edit list applied to a PTX text, with a report of what each edit did;
 * :mod:`.carry` -- the edits carried in a kernel's source (a comment line the compilers ignore);
-* :mod:`.ptxas` -- finding and running ptxas; :mod:`.triton_hook` -- the edits inside Triton's compile.
+* :mod:`.ptxas` -- finding and running ptxas; :mod:`.nvrtc` -- CUDA C's path (NVRTC -> PTX -> edits
+  -> ptxas); :mod:`.triton_hook` -- the edits inside Triton's compile.
 
 Nothing here needs a GPU. See docs/machine-code.md.
 """

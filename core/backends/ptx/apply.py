@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from core.backends.ptx import dataflow
 from core.backends.ptx.edits import DIRECTIVES, L2_POLICIES, Edit, canonical, parse_edit
-from core.backends.ptx.parse import Function, Instr, Line, Ptx, parse
+from core.backends.ptx.parse import Instr, Line, Ptx, parse
 from core.backends.ptx.qualifiers import parse_access
 
 _QUALIFIERS = ("cop", "evict", "l2hint", "pfsize", "nc")
@@ -251,4 +251,4 @@ def census(text: str) -> dict[str, int]:
     return {f: sum(family_matches(f, ins) for _, ins in ptx.instructions()) for f in families}
 
 
-__all__ = ["Outcome", "apply_edits", "census", "family_matches", "summary", "Function"]
+__all__ = ["Outcome", "apply_edits", "census", "family_matches", "summary"]
