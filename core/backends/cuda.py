@@ -124,6 +124,9 @@ _PTXAS = {
     "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
     "spill_store_bytes": re.compile(r"(\d+) bytes spill stores"),
     "spill_load_bytes": re.compile(r"(\d+) bytes spill loads"),
+    "ptx_edits_applied": re.compile(r"machine_code: (\d+) applied"),  # core/backends/ptx/nvrtc.py
+    "ptx_edits_noop": re.compile(r"machine_code: \d+ applied, (\d+) noop"),
+    "ptx_edits_refused": re.compile(r"machine_code: \d+ applied, \d+ noop, (\d+) refused"),
 }
 
 
@@ -140,7 +143,11 @@ def parse_ptxas(log: str) -> dict:
 
 
 def nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bytes, str]:
-    """(cubin, log) through CuPy's NVRTC binding; CompileError with the log on failure."""
+    """(cubin, log) through CuPy's NVRTC binding; CompileError with the log on failure. A source
+    carrying machine_code edits goes NVRTC -> PTX -> edits -> ptxas (core/backends/ptx/nvrtc.py)."""
+    from core.backends.ptx import carry, nvrtc as edited
+    if carry.carried(source):
+        return edited.compile_edited(source, name, options, carry.carried(source))
     from cupy.cuda import nvrtc
 
     prog = nvrtc.createProgram(source, name, [], [])
@@ -191,6 +198,7 @@ class CudaBackend(TorchGpuBackend):
     language = "cuda"
     source_suffix = ".cu"
     entry_kind = "an `extern \"C\" __global__` CUDA kernel, compiled by NVRTC"
+    ptx_edits, line_comment = True, "//"  # the machine_code gene group (core/backends/ptx, docs/machine-code.md)
 
     @classmethod
     def availability(cls) -> str | None:
