@@ -140,3 +140,15 @@ def test_every_tensor_of_the_rotary_embedding_is_made_on_the_models_device():
     from core.library.decode_model import RotaryEmbedding
 
     assert RotaryEmbedding(64, 128, device="meta").inv_freq.device.type == "meta"
+
+
+def test_the_decode_library_holds_one_attention_entry_per_kv_cache_capacity():
+    """The attention kernels split the cache they are given: a run over contexts 1k, 8k and 32k keeps a
+    cache per context, and each needs its own entry (one built for the largest would leave the others
+    a single split, or a miss)."""
+    from core.library.models import load_model
+    from core.tools.decode_library import decode_specs
+
+    specs = decode_specs(load_model("llama-3.1-70b"), 1, "bfloat16", 1e-5, 32832, (), (1088, 8256, 32832))
+    assert [p["context"] for op, p, _ in specs if op == "attention_decode"] == [1088, 8256, 32832]
+    assert [p["max_positions"] for op, p, _ in specs if op == "rope"] == [32832]

@@ -202,7 +202,7 @@ def run_all(args, say=lambda line: None, on_record=lambda record: None) -> list[
     top = max(capacity.values())
     lib = bool(args.library or args.seed_library or args.champions)
     need = check_fits(shape, layers, copies, top, device, lib) if gpu else estimate(shape, layers, copies, top, 4, lib)
-    s = _setup(args, shape, device, layers, copies, top, champions, say)
+    s = _setup(args, shape, device, layers, copies, top, champions, say, tuple(sorted(set(capacity.values()))))
     records = []
     try:
         for c in ctxs:
@@ -221,7 +221,7 @@ class _Setup:
         self.__dict__.update(fields)
 
 
-def _setup(args, shape, device, layers, copies, capacity, champions, say) -> _Setup:
+def _setup(args, shape, device, layers, copies, capacity, champions, say, kv_capacities=()) -> _Setup:
     from core.library.decode_model import DecodeLlama, int4_baseline
     from core.library.manifest import Library
     from core.tools.decode_library import library_for
@@ -234,7 +234,8 @@ def _setup(args, shape, device, layers, copies, capacity, champions, say) -> _Se
     say(f"building {shape.name}: {layers} layers x {copies} copies, rotary up to {capacity}, {dtype_name} on {device}")
     model = DecodeLlama(shape, layers, capacity, copies, EPS, dtype, str(device)).eval()
     baseline, baseline_linear = int4_baseline(model)
-    lib, b_label, origins = library_for(args, shape, device, dtype_name, capacity, champions, fusions(args.fuse), say)
+    lib, b_label, origins = library_for(args, shape, device, dtype_name, capacity, champions, fusions(args.fuse), say,
+                                        kv_capacities)
     root = Path(lib.root) if lib is not None and lib.root else Path(tempfile.mkdtemp(prefix="decode-verified-"))
     report = patch(model, lib if lib is not None else Library(), verified=VerifiedCache(root / "verified.json"),
                    build_dir=root / "builds", log_misses=lib is not None)

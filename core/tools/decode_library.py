@@ -26,11 +26,13 @@ DTYPE_NAMES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.
 
 
 def decode_specs(s: ModelShape, tokens: int, dtype: str, eps: float, max_positions: int,
-                 fuse: tuple[str, ...] = ()) -> list[tuple[str, dict, str]]:
+                 fuse: tuple[str, ...] = (), kv_capacities: tuple[int, ...] = ()) -> list[tuple[str, dict, str]]:
     """(op, problem, part) of every library call of a step at M = ``tokens``; ``dtype`` a workload
     dtype name ("float32" is left out of the problems: the C backend's default). With ``"norm-qkv"``
     in ``fuse`` (:mod:`core.tools.decode_fuse`), the QKV GEMV and the residual-free RMSNorm give way
-    to one ``rmsnorm_w4a16`` entry (part ``fused_qkv_m1``)."""
+    to one ``rmsnorm_w4a16`` entry (part ``fused_qkv_m1``). Attention gets one entry per KV cache
+    capacity in ``kv_capacities`` (default ``max_positions``): its kernels split the cache they are
+    given, so each context's cache has its own entry."""
     extra = {} if dtype == "float32" else {"dtype": dtype}
     qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
     parts = {"qkv_m1": (qkv, s.hidden), "o_m1": (s.hidden, s.heads * s.head_dim),
@@ -52,9 +54,9 @@ def decode_specs(s: ModelShape, tokens: int, dtype: str, eps: float, max_positio
     specs.append(("rope", {"tokens": tokens, "q_heads": s.heads, "kv_heads": s.kv_heads, "half_dim": s.head_dim // 2,
                            "max_positions": max_positions, **extra}, "rope_1"))
     specs.append(("silu_mul", {"tokens": tokens, "hidden": s.intermediate, **extra}, "silu_mul_1"))
-    specs.append(("attention_decode", {"batch": 1, "queries": tokens, "kv_heads": s.kv_heads,
-                                       "group": s.heads // s.kv_heads, "head_dim": s.head_dim,
-                                       "context": max_positions, **extra}, "attention_1"))
+    specs += [("attention_decode", {"batch": 1, "queries": tokens, "kv_heads": s.kv_heads, "group": s.heads // s.kv_heads,
+                                    "head_dim": s.head_dim, "context": cap, **extra}, "attention_1")
+              for cap in (kv_capacities or (max_positions,))]
     return specs
 
 
@@ -112,7 +114,7 @@ def build_library(root: Path, specs: list[tuple[str, dict, str]], backend: str, 
 
 
 def library_for(args, shape, device, dtype_name: str, capacity: int, champions, fuse: tuple[str, ...],
-                say) -> tuple:
+                say, kv_capacities: tuple[int, ...] = ()) -> tuple:
     """(b)'s library for decode-bench's ``args``: (library or None, what (b) runs, entry origins); built
     here (:func:`build_library`) for ``--seed-library`` or ``--champions``."""
     from core.tools.decode_bench import EPS
@@ -129,7 +131,7 @@ def library_for(args, shape, device, dtype_name: str, capacity: int, champions, 
         raise ValueError(f"cannot build a {backend} library here: {why}")
     root = Path(args.library_out or tempfile.mkdtemp(prefix="decode-lib-"))
     cache = Path(args.build_cache) if args.build_cache else root / ".cc"
-    lib, origins = build_library(root, decode_specs(shape, 1, dtype_name, EPS, capacity, fuse), backend,
+    lib, origins = build_library(root, decode_specs(shape, 1, dtype_name, EPS, capacity, fuse, kv_capacities), backend,
                                  cache, champions, say)
     used = sum(o["genome"] == "champion" for o in origins)
     source = f"{used} champion genomes of {args.champions}, the rest seeds" if champions is not None \
