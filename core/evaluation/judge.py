@@ -280,9 +280,11 @@ def timing_bounds(reply: dict, wall_s: float, floor_us: float | None) -> str | N
     return None
 
 
-# A paired baseline's chunks may be slower than the same baseline timed alone at the start (per-call
-# events carry host cost a graph did not: 130 against 27.7 us for a compiled baseline on the H200), but
-# not by this much: beyond it the launcher inflated them to flatter the kernel.
+# On a GPU a paired baseline's chunks may be slower than the same baseline timed alone at the start
+# (per-call events carry host cost a graph did not: 130 against 27.7 us for a compiled baseline on the
+# H200), but not by this much: beyond it the launcher inflated them to flatter the kernel. Not on a CPU
+# (chunk statistic "min"), where a sample is one call's wall time, so the judge's clock bounds them
+# closely, and where a loaded machine moves a baseline by more than this (numpy 250 us to 15.8 ms).
 BASELINE_DRIFT = 16.0
 
 
@@ -303,7 +305,7 @@ def paired_figures(reply: dict, statistic: str, reference_us: float | None = Non
     pick = min if statistic == "min" else statistics.median
     kc = [pick(k[i * reps:(i + 1) * reps]) for i in range(pairs)]
     bc = [pick(b[i * reps:(i + 1) * reps]) for i in range(pairs)]
-    if reference_us and statistics.median(bc) * 1e6 > BASELINE_DRIFT * reference_us:
+    if reference_us and statistic != "min" and statistics.median(bc) * 1e6 > BASELINE_DRIFT * reference_us:
         return (f"the baseline's paired chunks took {statistics.median(bc) * 1e6:.1f} us, over {BASELINE_DRIFT:.0f}x "
                 f"its {reference_us:.1f} us timed alone at the start")
     paired = Paired(k, b, [x / max(y, 1e-12) for x, y in zip(bc, kc)], str(reply.get("timing_method") or ""),
