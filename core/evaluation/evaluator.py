@@ -120,7 +120,7 @@ class Evaluator:
         if not full:
             request["names"] = sorted(self._contenders)
         timeout_s = max(120.0, 4 * self.config.timeout_s)
-        replies = self.sandbox.each(lambda slot: self.sandbox.call(request, slot, timeout_s))
+        replies = self.sandbox.each(lambda slot: self.sandbox.call_retrying(request, slot, timeout_s, log=self.log))
         for slot, r in replies.items():
             if r.get("status") != "ok":
                 raise RuntimeError(f"baseline measurement failed on {slot}: {r.get('status')}: {r.get('cause')}")
