@@ -44,7 +44,8 @@ def run(tmp_path, small_chunks):
 TARGETS = {  # what is damaged: a gen file, a compacted chunk, the generations file, a kernels file
     "individuals gen file": f"individuals/gen_{N_GENS - 1:08d}.parquet",
     "individuals chunk": f"individuals/chunk_00000000_{CHUNK - 1:08d}.parquet",
-    "generations file": "generations.parquet",
+    "generations file": f"generations/gen_{N_GENS - 1:08d}.parquet",
+    "generations chunk": f"generations/chunk_00000000_{CHUNK - 1:08d}.parquet",
     "kernels gen file": "kernels/gen_00000000.parquet",  # kernels s0..s3 are new in generation 0 only
 }
 
@@ -202,7 +203,7 @@ def damaged_dashboard_run(tmp_path_factory):
     run_id = build_run(folder, generations=4, population=6, seed=5)
     live = folder / run_id / "live"
     damage(live / "individuals" / "gen_00000001.parquet", "truncated")
-    damage(live / "generations.parquet", "garbage")
+    damage(live / "generations" / "gen_00000003.parquet", "garbage")
     return folder, run_id
 
 
