@@ -31,7 +31,6 @@ from core.genome import Genome
 TWINS_KEPT = 4096  # measurements remembered by machine code, for sources that compile to the same kernel
 FULL_TIMING_EVERY = 9  # baseline timings (3 a generation) between two that time every baseline
 CONTENDER_RATIO = 1.5  # a baseline this much slower than the fastest is timed only in full timings
-MEASURES = SANDBOX_MEASURES  # what the evaluator copies from the sandbox's reply
 
 
 class Evaluator:
@@ -300,10 +299,11 @@ class Evaluator:
             yield key, (kernels[key], *f.result())
 
     def compile_ahead(self, genomes: list[Genome]) -> None:
-        """Start compiling ``genomes`` in the background; :meth:`evaluate` then waits for those
-        compiles instead of starting them. A generation's candidates are measured in chunks between
-        baseline timings: compiled ahead, no chunk starts with every device waiting on a compiler."""
+        """Start compiling a generation's ``genomes`` in the background (:meth:`evaluate` waits for them); what
+        the last call started and no evaluate() took (a timing cache's hits: issue 36) is dropped."""
         self._require_started()
+        with self._ahead_lock:
+            self._rendered.clear(), self._ahead.clear()
         for g in genomes:
             try:
                 kernel = self.template.render(g)
@@ -371,7 +371,7 @@ class Evaluator:
                      compile_s=compile_s, compile_log=artifact.log)
         ev.resources = {**kernel.resources, **artifact.resources}
         ev.eval_s = time.perf_counter() - t0
-        for name in MEASURES:
+        for name in SANDBOX_MEASURES:  # what the evaluator copies from the sandbox's reply
             value = reply.get(name)
             if isinstance(value, (str, bool)) or (value is not None and math.isfinite(value)):
                 setattr(ev, name, value)  # (an inf error of a NaN output is left out: the cause says it)
