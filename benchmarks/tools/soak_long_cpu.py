@@ -33,17 +33,11 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.tools.soak_machine import _cmdline, _descendants, maps, rss, sandbox_pid
+from benchmarks.tools.soak_machine import launcher_pid, maps, rss, sandbox_pid
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_ID = "long-cpu"
 _MEASURED = re.compile(r"measured (\d+) of (\d+) candidates")
-
-
-def launcher_pid(worker: int) -> int | None:
-    """The launcher under the worker's sandbox (``python -m core.evaluation.launcher``), else None."""
-    found = [p for p in _descendants(worker) if "core.evaluation.launcher" in _cmdline(p)]
-    return max(found, key=lambda p: rss(p) or 0) if found else None
 
 
 def candidates_done(hb: dict) -> int:
