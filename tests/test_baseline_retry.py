@@ -105,3 +105,42 @@ def test_the_evaluator_starts_when_its_first_baseline_timing_crashed_the_sandbox
     finally:
         ev.close()
     assert any("try 1 of 3; trying again in a fresh sandbox" in line for line in lines)
+
+
+def _run_args(runs: Path, *extra: str) -> list[str]:
+    return ["run", "--workload", "rmsnorm", "--backend", "c", "--problem", '{"rows": 4, "cols": 32}',
+            "--population", "3", "--elites", "1", "--generations", "2", "--baseline-checks", "2",
+            "--stability-launches", "2", "--seed", "4", "--runs-dir", str(runs), *extra]
+
+
+def test_a_run_whose_sandbox_dies_at_its_first_baseline_runs_and_one_that_always_dies_stops_in_one_line(
+        tmp_path, monkeypatch, capsys):
+    """Before: a sandbox crash while the worker timed its first baseline exited the run with status 1.
+    Now it is retried; a baseline that kills every fresh sandbox stops the run with one line, and the run,
+    undamaged, resumes once the cause is gone."""
+    from core.backends import availability
+    from core.cli import main
+    from core.evaluation.evaluator import Evaluator
+    from store import RunReader
+
+    if availability("c") is not None:
+        pytest.skip(f"C backend: {availability('c')}")
+    counter = tmp_path / "crashes"
+    spec = Evaluator._spec
+    monkeypatch.setattr(Evaluator, "_spec", lambda self: {**spec(self), "server": f"{__name__}:DiesOnBaselines",
+                                                          "inner": True, "crashes": str(counter)})
+    runs = tmp_path / "runs"
+    counter.write_text("1")
+    assert main(_run_args(runs, "--run-id", "once")) == 0
+    assert list(RunReader(runs / "once").generations()["generation"]) == [0, 1]
+    assert "try 1 of 3; trying again in a fresh sandbox" in (runs / "once" / "worker.log").read_text()
+    capsys.readouterr()
+
+    counter.write_text("99")
+    assert main(_run_args(runs, "--run-id", "always")) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "baseline measurement failed" in err[0] and "3 tries" in err[0], err
+    assert RunReader(runs / "always").status() == "failed"
+    counter.write_text("0")
+    assert main(["resume", "always", "--runs-dir", str(runs)]) == 0
+    assert list(RunReader(runs / "always").generations()["generation"]) == [0, 1]
