@@ -18,9 +18,11 @@ from store.schema import arrow_schema, select_list
 
 log = logging.getLogger(__name__)
 # Chunks of generations rows of one span merged into one once there are this many: a 72-hour run's
-# generations/ holds a few dozen files (63 gen files and 7 chunks a level at most), and each row is
-# rewritten once a level (log8 of the run's length), not at every commit as one file was.
+# generations/ holds a few dozen files at most (7 gen files and 7 chunks a level: 9 for 5,000
+# generations), and each row is rewritten once a level (log8 of the run's length), not at every commit
+# as the one file was.
 MERGE_CHUNKS = 8
+GENERATIONS_EVERY = 8  # generations rows per first chunk (individuals and kernels: the writer's compact_every)
 
 
 class LiveMirror:
@@ -90,7 +92,7 @@ class LiveMirror:
         """
         folder = self._live / dataset
         singles = [p for p in live_parts(folder) if p.path.name.startswith("gen_")]
-        if len(singles) >= self.compact_every:
+        if len(singles) >= self._every(dataset):
             self._merge(dataset, singles)
         while dataset == "generations":
             chunks = [p for p in live_parts(folder) if p.path.name.startswith("chunk_")]
@@ -103,6 +105,10 @@ class LiveMirror:
             if len(tail) < MERGE_CHUNKS:
                 return
             self._merge(dataset, tail[-MERGE_CHUNKS:])
+
+    def _every(self, dataset: str) -> int:
+        """Gen files merged into a chunk: for the generations rows, read whole by every page, fewer."""
+        return min(self.compact_every, GENERATIONS_EVERY) if dataset == "generations" else self.compact_every
 
     def _merge(self, dataset: str, parts: list[Part]) -> None:
         """Write ``parts`` (consecutive) as one chunk, then delete them."""
@@ -187,13 +193,13 @@ class LiveMirror:
         Into an empty folder (``chunked``) as whole chunks plus gen files for the remainder; above
         existing files as gen files, then compacted, so chunks keep lying below every gen file.
         """
-        folder = self._live / dataset
-        for i in range(0, len(gens), self.compact_every):
-            group = gens[i:i + self.compact_every]
+        folder, every = self._live / dataset, self._every(dataset)
+        for i in range(0, len(gens), every):
+            group = gens[i:i + every]
             table = self._db.sql(
                 f"SELECT {select_list(dataset)} FROM {dataset} WHERE generation BETWEEN {group[0]} AND {group[-1]} "
                 "ORDER BY generation, rowid").to_arrow_table().cast(arrow_schema(dataset, self.terms))
-            if chunked and len(group) == self.compact_every:
+            if chunked and len(group) == every:
                 self._put(folder / f"chunk_{group[0]:08d}_{group[-1]:08d}.parquet", table)
             else:
                 for g in group:

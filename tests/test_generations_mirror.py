@@ -98,3 +98,20 @@ def test_a_merge_cut_short_leaves_parts_that_readers_skip_and_the_next_open_remo
     RunWriter.open(path).close()
     assert not (folder / f"chunk_00000000_{CHUNK - 1:08d}.parquet").exists()
     assert list(RunReader(path).generations()["generation"]) == list(range(3 * CHUNK))
+
+
+def test_generations_rows_are_merged_every_eight_so_a_page_reads_few_files(tmp_path):
+    """Every page reads the generations rows whole: with 64 gen files before a merge, a 5,000-generation
+    run could read 79 files (200 ms on the development VM) instead of 9 (20 ms)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    w = RunWriter.create(runs, new_run_id("gemm", "c"), CONFIG)
+    try:
+        for g in range(20):
+            commit(w, g, n=1)
+    finally:
+        w.close()
+    names = sorted(p.path.name for p in live_parts(w.path / "live" / "generations"))
+    assert names == ["chunk_00000000_00000007.parquet", "chunk_00000008_00000015.parquet",
+                     *[f"gen_{g:08d}.parquet" for g in range(16, 20)]]
+    assert len(live_parts(w.path / "live" / "individuals")) == 20  # individuals: merged every 64, as before
