@@ -23,7 +23,7 @@ from core.evaluation import devices
 from core.evaluation.aot import workload_launches
 from core.evaluation.pool import SandboxPool
 from core.evaluation.tail_timeout import TailTimeout
-from core.evaluation.record import SANDBOX_MEASURES, Evaluation, first_error_line, one_line, trim_log
+from core.evaluation.record import SANDBOX_MEASURES as MEASURES, Evaluation, first_error_line, one_line, trim_log
 from core.evaluation.twins import Twin
 from core.evaluation.timing import TIMING_TARGET_S
 from core.genome import Genome
@@ -371,7 +371,7 @@ class Evaluator:
                      compile_s=compile_s, compile_log=artifact.log)
         ev.resources = {**kernel.resources, **artifact.resources}
         ev.eval_s = time.perf_counter() - t0
-        for name in SANDBOX_MEASURES:  # what the evaluator copies from the sandbox's reply
+        for name in MEASURES:  # what the evaluator copies from the sandbox's reply
             value = reply.get(name)
             if isinstance(value, (str, bool)) or (value is not None and math.isfinite(value)):
                 setattr(ev, name, value)  # (an inf error of a NaN output is left out: the cause says it)
