@@ -20,13 +20,15 @@ What it does to a real ``python -m core run`` (then ``resume``), on the C backen
   resume by itself, store no candidate as failed for want of space, and lose or duplicate nothing;
 * the dashboard (``streamlit run app.py``, headless on a localhost port) stopped and started again
   while the run goes on, its health URL and page checked each time;
-* a Stop and a Pause written to control.json, each resumed from the CLI, and a damaged live/ file.
+* a Stop and a Pause written to control.json, each resumed from the CLI, and damaged live/ files (the
+  newest individuals and generations parts).
 
 After every kill it opens the database (read-only, the worker being dead) and checks that every
 generation committed before is still there unchanged, that generation numbers are 0..N with no gap
 and that no generation holds more individuals than the population. It samples the worker's RSS and
-the database's size against the committed generation, and the sandbox's (the worker's child running
-kernels) RSS and memory mappings (lines of ``/proc/<pid>/maps``). Long form::
+the database's size against the committed generation, and the RSS and memory mappings (lines of
+``/proc/<pid>/maps``) of the sandbox (the worker's child, the judge) and of the launcher (the judge's
+child that loads the kernels). Long form::
 
     nice -n 19 python -m benchmarks.tools.soak --minutes 25 --quiet-fraction 0.5 --full-disks 2 \
         --control-cycles 2 --mirror-damages 2 --report benchmarks/reports/soak/report.md
