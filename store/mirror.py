@@ -12,18 +12,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from store.reader import Part, live_parts
+from store.live_files import DATASETS, LEGACY_GENERATIONS, Part, covered, live_parts
 from store.runs import atomic_write_bytes, atomic_write_json, fsync_dir
 from store.schema import arrow_schema, select_list
 
 log = logging.getLogger(__name__)
+# Chunks of generations rows of one span merged into one once there are this many: a 72-hour run's
+# generations/ holds a few dozen files at most (7 gen files and 7 chunks a level: 9 for 5,000
+# generations), and each row is rewritten once a level (log8 of the run's length), not at every commit
+# as the one file was.
+MERGE_CHUNKS = 8
+GENERATIONS_EVERY = 8  # generations rows per first chunk (individuals and kernels: the writer's compact_every)
 
 
 class LiveMirror:
     """The live/ Parquet mirror's half of :class:`store.writer.RunWriter`."""
 
-    def _mirror(self, generation: int, ind: pa.Table, new: pa.Table, baseline_text: str | None) -> None:
-        """Mirror the committed ``generation`` to live/. When a live file changed under us (damaged,
+    def _mirror(self, generation: int, ind: pa.Table, new: pa.Table, gen: pa.Table, baseline_text: str | None) -> None:
+        """Mirror the committed ``generation`` to live/: a new part in each dataset's folder (its
+        individuals, its new kernels, its generations row), earlier parts untouched but for merges. When a live file changed under us (damaged,
         deleted) or an earlier mirror failed, live/ is repaired from the database instead, which
         writes this generation too. Failures are logged, never raised: the commit stands."""
         try:
@@ -35,7 +42,7 @@ class LiveMirror:
             self._write_part("individuals", generation, ind)
             if new.num_rows:
                 self._write_part("kernels", generation, new)
-            self._write_generations()
+            self._write_part("generations", generation, gen)
         except Exception as exc:  # live/ is derived: repaired at the next commit, the run goes on
             log.warning("live/ mirror of generation %s failed: %s", generation, exc)
             self._live_dirty = True
@@ -57,7 +64,7 @@ class LiveMirror:
 
     def _live_changed(self) -> bool:
         """Whether a live file this writer wrote or verified has changed, vanished or appeared since."""
-        for dataset in ("individuals", "kernels"):
+        for dataset in DATASETS:
             parts = live_parts(self._live / dataset, include_covered=True)
             known = [p for p in self._seen if p.parent.name == dataset]
             if len(parts) != len(known) or any(self._seen.get(p.path) != _stat(p.path) for p in parts):
@@ -77,24 +84,41 @@ class LiveMirror:
         self._compact(dataset)
 
     def _compact(self, dataset: str) -> None:
-        """Merge the gen files into one chunk once there are ``compact_every`` of them.
+        """Merge the gen files into one chunk once there are ``compact_every`` of them; for the
+        generations rows (a few hundred bytes a generation), also :data:`MERGE_CHUNKS` chunks of one
+        span into one, level by level.
 
         Gen files only ever lie above the last chunk, so chunks never overlap.
         """
         folder = self._live / dataset
         singles = [p for p in live_parts(folder) if p.path.name.startswith("gen_")]
-        if len(singles) < self.compact_every:
-            return
+        if len(singles) >= self._every(dataset):
+            self._merge(dataset, singles)
+        while dataset == "generations":
+            chunks = [p for p in live_parts(folder) if p.path.name.startswith("chunk_")]
+            span = chunks[-1].last - chunks[-1].first if chunks else None
+            tail = []
+            for p in reversed(chunks):
+                if p.last - p.first != span:
+                    break
+                tail.insert(0, p)
+            if len(tail) < MERGE_CHUNKS:
+                return
+            self._merge(dataset, tail[-MERGE_CHUNKS:])
+
+    def _every(self, dataset: str) -> int:
+        """Gen files merged into a chunk: for the generations rows, read whole by every page, fewer."""
+        return min(self.compact_every, GENERATIONS_EVERY) if dataset == "generations" else self.compact_every
+
+    def _merge(self, dataset: str, parts: list[Part]) -> None:
+        """Write ``parts`` (consecutive) as one chunk, then delete them."""
+        folder = self._live / dataset
         schema = arrow_schema(dataset, self.terms)
-        merged = pa.concat_tables([pq.read_table(p.path, schema=schema) for p in singles])
-        self._put(folder / f"chunk_{singles[0].first:08d}_{singles[-1].last:08d}.parquet", merged)
-        for p in singles:  # readers ignore gen files a chunk covers, and retry if one vanishes
+        merged = pa.concat_tables([pq.read_table(p.path, schema=schema) for p in parts])
+        self._put(folder / f"chunk_{parts[0].first:08d}_{parts[-1].last:08d}.parquet", merged)
+        for p in parts:  # readers ignore parts a wider chunk covers, and retry if one vanishes
             self._drop(p.path)
         fsync_dir(folder)
-
-    def _write_generations(self) -> None:
-        table = self._db.sql(f"SELECT {select_list('generations')} FROM generations ORDER BY generation").to_arrow_table()
-        write_parquet(self._live / "generations.parquet", table.cast(arrow_schema("generations")))
 
     def _sync_live(self, full: bool = False) -> None:
         """Make live/ match the database: rewrite damaged files, write missing tail generations,
@@ -103,18 +127,15 @@ class LiveMirror:
         Every file's row count is checked against the database; a file is read in full when
         ``full`` or when it changed since this writer wrote or verified it.
         """
-        for dataset in ("individuals", "kernels"):
+        for dataset in DATASETS:
             folder = self._live / dataset
             folder.mkdir(parents=True, exist_ok=True)
             for stale in folder.glob(".*.tmp"):
                 stale.unlink(missing_ok=True)
             counts = dict(self._db.execute(f"SELECT generation, count(*) FROM {dataset} GROUP BY generation").fetchall())
             committed = sorted(counts)
-            parts = live_parts(folder, include_covered=True)
-            chunks = [p for p in parts if p.path.name.startswith("chunk_")]
-            for p in parts:  # leftovers of a compaction cut short
-                if p not in chunks and any(c.first <= p.first <= c.last for c in chunks):
-                    self._drop(p.path)
+            for p in covered(folder):  # leftovers of a compaction cut short
+                self._drop(p.path)
             for p in live_parts(folder):
                 self._check_part(dataset, p, counts, full)
             parts = live_parts(folder)
@@ -131,7 +152,9 @@ class LiveMirror:
                 self.repaired.append(f"{dataset}/ (rebuilt)")
                 done, parts = set(), []
             self._rebuild(dataset, [g for g in committed if g not in done], chunked=not parts)
-        self._write_generations()
+        if (self._live / LEGACY_GENERATIONS).exists():  # a run from before live/generations/: now read from there
+            (self._live / LEGACY_GENERATIONS).unlink()
+            log.info("live/%s of run %s replaced by live/generations/", LEGACY_GENERATIONS, self.run_id)
         base = self.baseline()
         if base is not None:
             atomic_write_json(self._live / "baseline.json", base)
@@ -170,13 +193,13 @@ class LiveMirror:
         Into an empty folder (``chunked``) as whole chunks plus gen files for the remainder; above
         existing files as gen files, then compacted, so chunks keep lying below every gen file.
         """
-        folder = self._live / dataset
-        for i in range(0, len(gens), self.compact_every):
-            group = gens[i:i + self.compact_every]
+        folder, every = self._live / dataset, self._every(dataset)
+        for i in range(0, len(gens), every):
+            group = gens[i:i + every]
             table = self._db.sql(
                 f"SELECT {select_list(dataset)} FROM {dataset} WHERE generation BETWEEN {group[0]} AND {group[-1]} "
                 "ORDER BY generation, rowid").to_arrow_table().cast(arrow_schema(dataset, self.terms))
-            if chunked and len(group) == self.compact_every:
+            if chunked and len(group) == every:
                 self._put(folder / f"chunk_{group[0]:08d}_{group[-1]:08d}.parquet", table)
             else:
                 for g in group:

@@ -1,26 +1,26 @@
 """The dashboard side: reads a run from ``live/`` Parquet, ``heartbeat.json`` and ``worker.log``.
 
 It never opens ``run.duckdb`` (a reader would block the worker's writes). Queries run on an
-in-memory DuckDB connection over ``read_parquet``. ``live/individuals/`` and ``live/kernels/`` hold
-one ``gen_XXXXXXXX.parquet`` per generation until the writer merges a run of them into a
-``chunk_FIRST_LAST.parquet``; a gen file a chunk covers is ignored, and since compaction deletes gen
-files while we may be reading them, a query whose file vanished is retried on a fresh listing.
+in-memory DuckDB connection over ``read_parquet``. ``live/individuals/``, ``live/kernels/`` and
+``live/generations/`` hold one ``gen_XXXXXXXX.parquet`` per generation until the writer merges a run
+of them into a ``chunk_FIRST_LAST.parquet`` (:mod:`store.live_files`); a part a wider one covers is
+ignored, and since compaction deletes parts while we may be reading them, a query whose file
+vanished is retried on a fresh listing.
 A live file that is there but unreadable (truncated, garbage) raises :class:`LiveDamaged`, one line
 for the page to show, until the writer rewrites it from ``run.duckdb``.
 """
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 
+from store.live_files import Part, generation_files, live_parts  # noqa: F401 - Part re-exported
 from store.runs import CONFIG, HEARTBEAT, LIVE, LOG, effective_status, read_json
 from store.schema import LEGACY_TERMS, StoreError, columns, empty_frame, fill_missing, term_names
 
@@ -54,7 +54,7 @@ def live_problem(run: Path | str) -> str | None:
     """
     run = Path(run)
     files = [p.path for d in ("individuals", "kernels") for p in live_parts(run / LIVE / d)]
-    files.append(run / LIVE / "generations.parquet")
+    files += generation_files(run / LIVE)
     for path in files:
         try:
             st = path.stat()
@@ -81,7 +81,6 @@ def live_problem(run: Path | str) -> str | None:
 # What DuckDB raises for a live file it cannot read: no magic bytes, too small, a bad page.
 DAMAGE = (duckdb.InvalidInputException, duckdb.IOException, duckdb.InternalException, duckdb.ConversionException)
 
-_PART = re.compile(r"^(?:gen_(\d{8})|chunk_(\d{8})_(\d{8}))\.parquet$")
 _RETRIES = 5
 _DATABASE: tuple[int, duckdb.DuckDBPyConnection] | None = None
 _DATABASE_LOCK = threading.Lock()
@@ -97,34 +96,6 @@ def query_connection() -> duckdb.DuckDBPyConnection:
         if _DATABASE is None or _DATABASE[0] != os.getpid():
             _DATABASE = (os.getpid(), duckdb.connect(":memory:"))
         return _DATABASE[1].cursor()
-
-
-@dataclass(frozen=True)
-class Part:
-    """One live Parquet file holding generations ``first`` .. ``last``."""
-
-    first: int
-    last: int
-    path: Path
-
-
-def live_parts(folder: Path, include_covered: bool = False) -> list[Part]:
-    """The live files of one dataset in generation order; gen files a chunk covers are left out."""
-    parts = []
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return []
-    for entry in entries:
-        m = _PART.match(entry.name)
-        if m:
-            first, last = (int(m[1]), int(m[1])) if m[1] else (int(m[2]), int(m[3]))
-            parts.append(Part(first, last, Path(entry.path)))
-    parts.sort(key=lambda p: (p.first, p.last))
-    if include_covered:
-        return parts
-    chunks = [p for p in parts if p.path.name.startswith("chunk_")]
-    return [p for p in parts if p in chunks or not any(c.first <= p.first <= c.last for c in chunks)]
 
 
 class RunReader:
@@ -173,10 +144,10 @@ class RunReader:
 
     def generations(self, columns: list[str] | None = None) -> pd.DataFrame:
         """One row per committed generation, in order (empty frame before the first commit)."""
-        path = self.path / LIVE / "generations.parquet"
         _select(columns, "generations", None)
-        return self._query("generations", lambda: [path] if path.exists() else [],
-                           "SELECT {cols} FROM read_parquet($files) ORDER BY generation", {}, columns)
+        return self._query("generations", lambda: generation_files(self.path / LIVE),
+                           "SELECT {cols} FROM read_parquet($files, union_by_name = true) ORDER BY generation", {},
+                           columns)
 
     def individuals(self, generation: int | None = None, columns: list[str] | None = None) -> pd.DataFrame:
         """Individuals of one generation (only its file is read), or of every generation.

@@ -305,12 +305,22 @@ def champion_figure(path: Path) -> dict:
     them lacks are None."""
     import pyarrow.parquet as pq
 
+    from store.live_files import generation_files
+
     out: dict = dict.fromkeys(CHAMPION_FIELDS)
-    try:
-        table = pq.read_table(path / LIVE / "generations.parquet")
-    except (OSError, ValueError, KeyError):
-        return out
-    if not table.num_rows:
+    table = None
+    for _ in range(3):
+        files = generation_files(path / LIVE)
+        if not files:
+            return out
+        try:  # the last part holds the latest generation
+            table = pq.read_table(files[-1])
+            break
+        except FileNotFoundError:  # merged into a chunk since the listing: list again
+            continue
+        except (OSError, ValueError, KeyError):
+            return out
+    if table is None or not table.num_rows:
         return out
     for name in CHAMPION_FIELDS:
         if name in table.column_names:

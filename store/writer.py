@@ -290,7 +290,7 @@ class RunWriter(LiveMirror):
                 for name in ("_ind", "_gen", "_ker"):
                     con.unregister(name)
             self._generation = generation
-            self._mirror(generation, ind, new, baseline_text)
+            self._mirror(generation, ind, new, gen, baseline_text)
             self._commits, self._rows = self._commits + 1, self._rows + ind.num_rows
             if self._commits >= self.reopen_every or self._rows >= self.reopen_rows:
                 self._reopen()

@@ -44,7 +44,8 @@ def run(tmp_path, small_chunks):
 TARGETS = {  # what is damaged: a gen file, a compacted chunk, the generations file, a kernels file
     "individuals gen file": f"individuals/gen_{N_GENS - 1:08d}.parquet",
     "individuals chunk": f"individuals/chunk_00000000_{CHUNK - 1:08d}.parquet",
-    "generations file": "generations.parquet",
+    "generations file": f"generations/gen_{N_GENS - 1:08d}.parquet",
+    "generations chunk": f"generations/chunk_00000000_{CHUNK - 1:08d}.parquet",
     "kernels gen file": "kernels/gen_00000000.parquet",  # kernels s0..s3 are new in generation 0 only
 }
 
@@ -194,23 +195,29 @@ def test_repair_of_a_run_its_worker_holds_is_refused_in_one_line(run):
 PAGES_OF_A_RUN = ["monitor", "individuals", "genomes", "export", "benchmark", "runs"]
 
 
-@pytest.fixture(scope="module")
-def damaged_dashboard_run(tmp_path_factory):
+# (how the individuals file is damaged, how the generations file is): every kind of damage, on both
+PAGE_DAMAGES = [("truncated", "garbage"), ("garbage", "truncated"), ("missing", "missing")]
+
+
+@pytest.fixture(scope="module", params=PAGE_DAMAGES, ids=["-".join(d) for d in PAGE_DAMAGES])
+def damaged_dashboard_run(tmp_path_factory, request):
     from dashboard.synthetic import build_run
 
     folder = tmp_path_factory.mktemp("damaged")
     run_id = build_run(folder, generations=4, population=6, seed=5)
     live = folder / run_id / "live"
-    damage(live / "individuals" / "gen_00000001.parquet", "truncated")
-    damage(live / "generations.parquet", "garbage")
-    return folder, run_id
+    individuals, generations = request.param
+    damage(live / "individuals" / "gen_00000001.parquet", individuals)
+    damage(live / "generations" / "gen_00000003.parquet", generations)
+    return folder, run_id, request.param
 
 
 @pytest.mark.parametrize("page", PAGES_OF_A_RUN)
 def test_every_page_of_a_run_with_a_damaged_live_file_shows_one_line(damaged_dashboard_run, page, monkeypatch):
+    """Truncated or garbage: one line instead of the page; missing: the page, with fewer rows; never a traceback."""
     from streamlit.testing.v1 import AppTest
 
-    folder, run_id = damaged_dashboard_run
+    folder, run_id, how = damaged_dashboard_run
     monkeypatch.setenv("ABEBOT_RUNS_DIR", str(folder))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.query_params.update({"run": run_id})
@@ -218,4 +225,5 @@ def test_every_page_of_a_run_with_a_damaged_live_file_shows_one_line(damaged_das
     at.switch_page(f"pages/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     lines = [str(e.value) for e in list(at.info) + list(at.caption) if LIVE_REBUILDING in str(e.value)]
-    assert lines and all("\n" not in line for line in lines)
+    assert (bool(lines) or how == ("missing", "missing")) and all("\n" not in line for line in lines)
+    assert not any("Traceback" in str(e.value) for e in list(at.error) + list(at.markdown) + list(at.code))

@@ -315,3 +315,15 @@ def test_the_writer_gives_the_heap_back_each_time_it_reopens_its_database(tmp_pa
     finally:
         writer.close()
     assert len(calls) == 2  # after the reopens at commits 2 and 4
+
+
+def test_the_report_gives_the_launchers_mappings_and_rss_beside_the_sandboxs():
+    """The launcher (the judge's child) loads the kernels: its mappings are the ones that ran out (issue 36)."""
+    from benchmarks.tools.soak_report import per_thousand, sandbox_slopes
+
+    samples = [{"t": float(t), "generation": 10 * t, "segment": 1, "rss_bytes": 100, "db_bytes": 1, "live_bytes": 0,
+                "sandbox_pid": 7, "sandbox_rss_bytes": 1000, "sandbox_maps": 400,
+                "launcher_pid": 9, "launcher_rss_bytes": 2000 + 3 * t, "launcher_maps": 500 + t // 5} for t in range(300)]
+    launcher = sandbox_slopes(samples, role="launcher")
+    assert [s["pid"] for s in launcher] == [9] and launcher[0]["maps_per_1000"] == pytest.approx(20, abs=1)
+    assert [b["launcher_maps_max"] for b in per_thousand(samples, {})] == [519, 539, 559]

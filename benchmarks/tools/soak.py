@@ -20,13 +20,15 @@ What it does to a real ``python -m core run`` (then ``resume``), on the C backen
   resume by itself, store no candidate as failed for want of space, and lose or duplicate nothing;
 * the dashboard (``streamlit run app.py``, headless on a localhost port) stopped and started again
   while the run goes on, its health URL and page checked each time;
-* a Stop and a Pause written to control.json, each resumed from the CLI, and a damaged live/ file.
+* a Stop and a Pause written to control.json, each resumed from the CLI, and damaged live/ files (the
+  newest individuals and generations parts).
 
 After every kill it opens the database (read-only, the worker being dead) and checks that every
 generation committed before is still there unchanged, that generation numbers are 0..N with no gap
 and that no generation holds more individuals than the population. It samples the worker's RSS and
-the database's size against the committed generation, and the sandbox's (the worker's child running
-kernels) RSS and memory mappings (lines of ``/proc/<pid>/maps``). Long form::
+the database's size against the committed generation, and the RSS and memory mappings (lines of
+``/proc/<pid>/maps``) of the sandbox (the worker's child, the judge) and of the launcher (the judge's
+child that loads the kernels). Long form::
 
     nice -n 19 python -m benchmarks.tools.soak --minutes 25 --quiet-fraction 0.5 --full-disks 2 \
         --control-cycles 2 --mirror-damages 2 --report benchmarks/reports/soak/report.md
@@ -53,7 +55,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 from benchmarks.tools.soak_machine import (compilers, fill_to_enospc, maps as _maps, read_from as _read_from,  # noqa: E402
-                                           rss as _rss, sandbox_pid, size as _size, tree_size as _tree_size)
+                                           rss as _rss, sandbox_pid, launcher_pid, size as _size, tree_size as _tree_size)
 from store.runs import read_json  # noqa: E402
 
 FREE_MARGIN = 2 << 30  # the disk-full threshold sits this far below the free space at the start
@@ -293,11 +295,14 @@ class Soak:
                 continue
             db, wal = _size(self.dir / "run.duckdb"), _size(self.dir / "run.duckdb.wal")
             box = sandbox_pid(proc.pid)
+            launcher = launcher_pid(box) if box else None  # the process that loads the kernels (issue 36, item 1)
             self.res.samples.append({"t": round(self.elapsed(), 1), "generation": self.committed(), "segment": self.segment,
                                      "rss_bytes": rss, "db_bytes": db + wal, "db_file_bytes": db, "wal_bytes": wal,
                                      "live_bytes": _tree_size(self.dir / "live"), "sandbox_pid": box,
                                      "sandbox_rss_bytes": _rss(box) if box else None,
-                                     "sandbox_maps": _maps(box) if box else None})
+                                     "sandbox_maps": _maps(box) if box else None, "launcher_pid": launcher,
+                                     "launcher_rss_bytes": _rss(launcher) if launcher else None,
+                                     "launcher_maps": _maps(launcher) if launcher else None})
 
     def crashed_live(self) -> int:
         """Candidates stored as crashed, read from live/ as the dashboard reads them."""
@@ -420,43 +425,50 @@ class Soak:
         self.say(f"{command} from control.json, resumed from the CLI: {row}")
 
     def damage_mirror(self) -> None:
-        """Truncate the newest live/individuals gen file; the next commit must rewrite it (readers say
-        one line meanwhile)."""
+        """Truncate the newest gen file of live/individuals/ and of live/generations/; the next commit
+        must rewrite them (readers say one line meanwhile)."""
         import pyarrow.parquet as pq
 
         from store.reader import LiveDamaged, RunReader
 
         t = self.elapsed()
-        files = sorted((self.dir / "live" / "individuals").glob("gen_*.parquet"))
-        if not files:
+        targets = []
+        for dataset in ("individuals", "generations"):
+            files = sorted((self.dir / "live" / dataset).glob("gen_*.parquet"))
+            if not files:
+                continue
+            try:
+                data = files[-1].read_bytes()
+                files[-1].write_bytes(data[: len(data) // 2])
+                targets.append(files[-1])
+            except OSError:
+                continue  # compacted away under us: nothing damaged
+        if not targets:
             return
-        target = files[-1]
-        try:
-            data = target.read_bytes()
-            target.write_bytes(data[: len(data) // 2])
-        except OSError:
-            return  # compacted away under us: nothing damaged
         try:
             RunReader(self.dir).individuals()
+            RunReader(self.dir).generations()
             seen = "no error (rewritten already)"
         except LiveDamaged as exc:
             seen = str(exc).split(" (")[0]
         gen = self.committed()
         self.wait_for(lambda: self.committed() > gen + 1, 240, "two commits after damaging live/")
 
-        def readable() -> bool:
+        def readable(target: Path) -> bool:
             try:
                 return not target.exists() or pq.read_table(target).num_rows > 0
             except Exception:  # noqa: BLE001 - still damaged
                 return False
 
-        ok = readable()
+        ok = all(readable(target) for target in targets)
         rows = len(RunReader(self.dir).individuals()) if ok else None
-        row = {"t": round(t, 1), "file": target.name, "reader_said": seen, "rewritten": ok, "rows_readable": rows}
+        gens = len(RunReader(self.dir).generations()) if ok else None
+        row = {"t": round(t, 1), "file": ", ".join(f"{p.parent.name}/{p.name}" for p in targets), "reader_said": seen,
+               "rewritten": ok, "rows_readable": rows, "generations_readable": gens}
         self.res.mirrors.append(row)
         if not ok:
             self.res.problems.append(f"a damaged live/ file was not rewritten by the next commit: {row}")
-        self.say(f"damaged {target.name}: {row}")
+        self.say(f"damaged {row['file']}: {row}")
 
     def start_dashboard(self) -> dict:
         with socket.socket() as probe:  # a page answered by someone else's server would prove nothing

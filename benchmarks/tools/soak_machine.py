@@ -77,6 +77,14 @@ def sandbox_pid(worker: int) -> int | None:
     return max(found, key=lambda p: rss(p) or 0) if found else None
 
 
+def launcher_pid(under: int) -> int | None:
+    """The kernel launcher under ``under`` (the worker or its sandbox): the process running
+    ``core.evaluation.launcher``, which loads every kernel (the judge, the sandbox process, never does);
+    the largest by RSS when there are several, None when there is none."""
+    found = [p for p in _descendants(under) if "core.evaluation.launcher" in _cmdline(p)]
+    return max(found, key=lambda p: rss(p) or 0) if found else None
+
+
 def compilers(worker: int) -> list[int]:
     """Compiler processes started by the worker (a compile in flight: the driver is its child)."""
     return [p for p in _children(worker) if _comm(p) in COMPILERS or _comm(p).startswith("cc1")]

@@ -35,17 +35,21 @@ def per_thousand(samples: list[dict], logical: dict[int, int]) -> list[dict]:
                     "live_per_1000": (last["live_bytes"] - first["live_bytes"]) * (1000 / span if span else 0.0),
                     "rss_max": max(r["rss_bytes"] for r in rows),
                     "sandbox_rss_max": max((r.get("sandbox_rss_bytes") or 0 for r in rows), default=0),
-                    "sandbox_maps_max": max((r.get("sandbox_maps") or 0 for r in rows), default=0)})
+                    "sandbox_maps_max": max((r.get("sandbox_maps") or 0 for r in rows), default=0),
+                    "launcher_rss_max": max((r.get("launcher_rss_bytes") or 0 for r in rows), default=0),
+                    "launcher_maps_max": max((r.get("launcher_maps") or 0 for r in rows), default=0)})
     return out
 
 
-def sandbox_slopes(samples: list[dict], warmup_s: float = 20.0, min_span: int = 50) -> list[dict]:
+def sandbox_slopes(samples: list[dict], warmup_s: float = 20.0, min_span: int = 50, role: str = "sandbox") -> list[dict]:
     """The sandbox's RSS and memory mappings per 1,000 generations inside each sandbox process (a crash,
-    a kill or a restart starts a new one), by least squares after its first ``warmup_s`` seconds."""
+    a kill or a restart starts a new one), by least squares after its first ``warmup_s`` seconds; the
+    kernel launcher's (the sandbox's child that loads the kernels) with ``role="launcher"``."""
+    pid_key, rss_key, maps_key = f"{role}_pid", f"{role}_rss_bytes", f"{role}_maps"
     boxes: dict[int, list[dict]] = {}
     for s in samples:
-        if s.get("sandbox_pid") and s.get("sandbox_maps") is not None and s.get("sandbox_rss_bytes"):
-            boxes.setdefault(s["sandbox_pid"], []).append(s)
+        if s.get(pid_key) and s.get(maps_key) is not None and s.get(rss_key):
+            boxes.setdefault(s[pid_key], []).append(s)
     out = []
     for pid, rows in boxes.items():
         t0 = rows[0]["t"]
@@ -54,10 +58,10 @@ def sandbox_slopes(samples: list[dict], warmup_s: float = 20.0, min_span: int = 
             continue
         xs = [r["generation"] for r in rows]
         out.append({"pid": pid, "generations": f"{xs[0]}-{xs[-1]}", "span": xs[-1] - xs[0],
-                    "rss_start": rows[0]["sandbox_rss_bytes"], "rss_end": rows[-1]["sandbox_rss_bytes"],
-                    "maps_start": rows[0]["sandbox_maps"], "maps_end": rows[-1]["sandbox_maps"],
-                    "rss_per_1000": _slope(xs, [r["sandbox_rss_bytes"] for r in rows]) * 1000,
-                    "maps_per_1000": _slope(xs, [r["sandbox_maps"] for r in rows]) * 1000})
+                    "rss_start": rows[0][rss_key], "rss_end": rows[-1][rss_key],
+                    "maps_start": rows[0][maps_key], "maps_end": rows[-1][maps_key],
+                    "rss_per_1000": _slope(xs, [r[rss_key] for r in rows]) * 1000,
+                    "maps_per_1000": _slope(xs, [r[maps_key] for r in rows]) * 1000})
     return sorted(out, key=lambda r: int(r["generations"].split("-")[0]))
 
 
@@ -106,7 +110,7 @@ def write_report(res, opts, soak, path: Path) -> None:
         known_per_genome = _known_bytes(con)
     finally:
         con.close()
-    blocks, slopes, boxes = per_thousand(res.samples, logical), rss_slopes(res.samples), sandbox_slopes(res.samples)
+    blocks, slopes = per_thousand(res.samples, logical), rss_slopes(res.samples)
     full_disks = getattr(res, "full_disks", []) or []
     notes = getattr(res, "notes", []) or []
     longest = max(slopes, key=lambda r: r["span"], default=None)
@@ -170,11 +174,12 @@ def write_report(res, opts, soak, path: Path) -> None:
         *[f"| {c['t']} | {c['command']} | {c['obeyed']} | {c['status']} | {c['resumed_and_ran']} | {c['said_so']} | "
           f"{c['control_after']} |" for c in res.controls], "",
         f"## Damaged live/ files ({len(res.mirrors)})", "",
-        "The newest `live/individuals/gen_*.parquet` truncated to half while the run goes on; the next commit "
-        "must rewrite it from run.duckdb.", "",
-        "| at s | file | reader said | rewritten | rows readable |", "|---|---|---|---|---|",
-        *[f"| {m['t']} | {m['file']} | {m['reader_said']} | {m['rewritten']} | {m['rows_readable']} |"
-          for m in res.mirrors], "",
+        "The newest `gen_*.parquet` of `live/individuals/` and of `live/generations/` truncated to half while the "
+        "run goes on; the next commit must rewrite them from run.duckdb.", "",
+        "| at s | files | reader said | rewritten | individual rows readable | generation rows readable |",
+        "|---|---|---|---|---|---|",
+        *[f"| {m['t']} | {m['file']} | {m['reader_said']} | {m['rewritten']} | {m['rows_readable']} | "
+          f"{m.get('generations_readable', '-')} |" for m in res.mirrors], "",
         f"## Dashboard restarts ({max(len(res.dashboard) - 1, 0)})", "",
         "`streamlit run app.py` headless on 127.0.0.1, stopped (SIGTERM) and started again while the run went on; "
         "`/_stcore/health` and `/` fetched after every start.", "",
@@ -197,16 +202,20 @@ def write_report(res, opts, soak, path: Path) -> None:
         "|---|---|---|---|---|---|",
         *[f"| {s['segment']} | {s['generations']} | {_mb(s['rss_start'])} | {_mb(s['rss_end'])} | "
           f"{_mb(s['rss_per_1000'])} | {_mb(s['rss_per_1000_late'])} |" for s in slopes], "",
-        "The sandbox (the worker's child that loads and runs kernels; found under the worker in /proc each "
-        "second): its RSS and its memory mappings (lines of `/proc/<pid>/maps`), largest per block of 1,000 "
-        "generations, then per sandbox process (a crash burst, a kill or a restart starts a new one; least squares "
+        "The sandbox (the worker's child, the judge, which checks outputs and never loads a kernel) and the launcher "
+        "(the judge's child that loads and runs the kernels, `core/evaluation/launcher.py`; both found under the worker "
+        "in /proc each second): their RSS and memory mappings (lines of `/proc/<pid>/maps`), largest per block of "
+        "1,000 generations, then per process (a crash burst, a kill or a restart starts a new one; least squares "
         "after 20 s of warm-up, processes of at least 50 generations):", "",
-        "| generations | sandbox RSS max | sandbox mappings max |", "|---|---|---|",
-        *[f"| {b['block']} | {_mb(b['sandbox_rss_max'])} | {b['sandbox_maps_max']} |" for b in blocks], "",
-        "| sandbox pid | generations | RSS after warm-up | RSS at end | RSS growth per 1,000 gen | mappings after warm-up "
-        "| mappings at end | mappings per 1,000 gen |", "|---|---|---|---|---|---|---|---|",
-        *[f"| {b['pid']} | {b['generations']} | {_mb(b['rss_start'])} | {_mb(b['rss_end'])} | {_mb(b['rss_per_1000'])} | "
-          f"{b['maps_start']} | {b['maps_end']} | {b['maps_per_1000']:.1f} |" for b in boxes], "",
+        "| generations | sandbox RSS max | sandbox mappings max | launcher RSS max | launcher mappings max |",
+        "|---|---|---|---|---|",
+        *[f"| {b['block']} | {_mb(b['sandbox_rss_max'])} | {b['sandbox_maps_max']} | "
+          f"{_mb(b.get('launcher_rss_max'))} | {b.get('launcher_maps_max') or '-'} |" for b in blocks], "",
+        "| process | pid | generations | RSS after warm-up | RSS at end | RSS growth per 1,000 gen | mappings after warm-up "
+        "| mappings at end | mappings per 1,000 gen |", "|---|---|---|---|---|---|---|---|---|",
+        *[f"| {role} | {b['pid']} | {b['generations']} | {_mb(b['rss_start'])} | {_mb(b['rss_end'])} | "
+          f"{_mb(b['rss_per_1000'])} | {b['maps_start']} | {b['maps_end']} | {b['maps_per_1000']:.1f} |"
+          for role in ("sandbox", "launcher") for b in sandbox_slopes(res.samples, role=role)], "",
         *([f"In the longest process ({longest['generations']}) the worker's RSS grew by "
            f"{_per_individual(longest['rss_per_1000'], opts.population)} kB per individual stored over the whole "
            f"process and by {_per_individual(longest['rss_per_1000_late'], opts.population)} kB over its second "

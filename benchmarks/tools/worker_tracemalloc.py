@@ -147,7 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     traced = sum(s.size for s in s2.statistics("filename")) - sum(s.size for s in s1.statistics("filename"))
     print(f"traced Python memory: {traced / 1e6:+.2f} MB = {traced / n:+.0f} B per individual row")
     print(f"RSS (the first snapshot included): {(r2 - r1) / 1e6:+.2f} MB = {(r2 - r1) / n:+.0f} B per individual row")
-    for stat in s2.compare_to(s1, "traceback")[:12]:
+    # the sites that grew most (compare_to sorts by the absolute difference: the largest frees came first)
+    print("\nby line:")
+    for stat in sorted(s2.compare_to(s1, "lineno"), key=lambda st: st.size_diff, reverse=True)[:15]:
+        frame = stat.traceback[0]
+        print(f"{stat.size_diff / n:+8.0f} B/row  {stat.size_diff / 1e3:+9.1f} kB  {stat.count_diff:+7d} blocks  "
+              f"{frame.filename}:{frame.lineno}")
+    for stat in sorted(s2.compare_to(s1, "traceback"), key=lambda st: st.size_diff, reverse=True)[:12]:
         if stat.size_diff <= 0:
             continue
         print(f"\n{stat.size_diff / n:+8.0f} B/row  {stat.size_diff / 1e3:+9.1f} kB  {stat.count_diff:+7d} blocks")

@@ -189,7 +189,8 @@ def trim(cache_dir: Path, cap: int, protect: frozenset[str] = frozenset(),
          lock: Callable[[str], ContextManager[None]] | None = None) -> int:
     """Delete the least recently used entries of ``cache_dir`` (every file ``<key>.*``, by the newest
     modification time among them) until its files total at most 90% of ``cap``, and temporary files
-    left by killed compiles (``.*.tmp`` older than an hour). Subfolders (Triton's own cache) are left
+    left by killed compiles (``.*.tmp`` older than an hour; a younger one may be a compile's in flight, and one
+    renamed into place or deleted while the folder is listed is skipped). Subfolders (Triton's own cache) are left
     alone. ``protect`` names keys kept whatever their age. Returns the bytes removed."""
     now = time.time()
     entries: dict[str, list] = {}  # key -> [newest mtime, bytes, paths]
@@ -199,10 +200,13 @@ def trim(cache_dir: Path, cap: int, protect: frozenset[str] = frozenset(),
         for entry in it:
             if not entry.is_file(follow_symlinks=False):
                 continue
-            st = entry.stat(follow_symlinks=False)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # renamed into place (a compile's .tmp) or deleted since the listing
+                continue
             if entry.name.startswith("."):  # temporary files; any other hidden file is not ours
                 if entry.name.endswith(".tmp") and now - st.st_mtime > STALE_TEMP_S:
-                    removed += _unlink(Path(entry.path), st.st_size)
+                    removed += _unlink(Path(entry.path))
                 continue
             key = entry.name.split(".", 1)[0]
             slot = entries.setdefault(key, [0.0, 0, []])
@@ -220,14 +224,16 @@ def trim(cache_dir: Path, cap: int, protect: frozenset[str] = frozenset(),
             continue
         with (lock(key) if lock else key_lock(cache_dir, key)):
             for p in paths:
-                removed += _unlink(p, p.stat().st_size if p.exists() else 0)
+                removed += _unlink(p)
         total -= size
     log.info("compile cache %s trimmed to %d bytes (cap %d)", cache_dir, total, cap)
     return removed
 
 
-def _unlink(path: Path, size: int) -> int:
+def _unlink(path: Path) -> int:
+    """Delete ``path``; the bytes it held, 0 when it was gone already (a race is not an error)."""
     try:
+        size = path.stat().st_size
         path.unlink()
         return size
     except FileNotFoundError:

@@ -54,8 +54,15 @@ def disk_full(exc: BaseException | None) -> BaseException | None:
     return None
 
 
-def gib(n: float) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
+def size_text(n: float) -> str:
+    """Bytes in the unit that keeps them readable: ``0 B``, ``512 B``, ``3.5 MiB``, ``1.25 GiB`` (a
+    4 MiB threshold read ``0.00 GiB`` in GiB alone)."""
+    n = max(0.0, float(n))
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            value = n / (1 << shift)
+            return f"{value:.2f} {unit}" if value < 10 else f"{value:.1f} {unit}"
+    return f"{int(n)} B"
 
 
 class DiskGuard:

@@ -23,7 +23,7 @@ from core.evaluation import devices
 from core.evaluation.aot import workload_launches
 from core.evaluation.pool import SandboxPool
 from core.evaluation.tail_timeout import TailTimeout
-from core.evaluation.record import SANDBOX_MEASURES, Evaluation, first_error_line, one_line, trim_log
+from core.evaluation.record import SANDBOX_MEASURES as MEASURES, Evaluation, first_error_line, one_line, trim_log
 from core.evaluation.twins import Twin
 from core.evaluation.timing import TIMING_TARGET_S
 from core.genome import Genome
@@ -31,7 +31,6 @@ from core.genome import Genome
 TWINS_KEPT = 4096  # measurements remembered by machine code, for sources that compile to the same kernel
 FULL_TIMING_EVERY = 9  # baseline timings (3 a generation) between two that time every baseline
 CONTENDER_RATIO = 1.5  # a baseline this much slower than the fastest is timed only in full timings
-MEASURES = SANDBOX_MEASURES  # what the evaluator copies from the sandbox's reply
 
 
 class Evaluator:
@@ -120,7 +119,7 @@ class Evaluator:
         if not full:
             request["names"] = sorted(self._contenders)
         timeout_s = max(120.0, 4 * self.config.timeout_s)
-        replies = self.sandbox.each(lambda slot: self.sandbox.call(request, slot, timeout_s))
+        replies = self.sandbox.each(lambda slot: self.sandbox.call_retrying(request, slot, timeout_s, log=self.log))
         for slot, r in replies.items():
             if r.get("status") != "ok":
                 raise RuntimeError(f"baseline measurement failed on {slot}: {r.get('status')}: {r.get('cause')}")
@@ -300,10 +299,11 @@ class Evaluator:
             yield key, (kernels[key], *f.result())
 
     def compile_ahead(self, genomes: list[Genome]) -> None:
-        """Start compiling ``genomes`` in the background; :meth:`evaluate` then waits for those
-        compiles instead of starting them. A generation's candidates are measured in chunks between
-        baseline timings: compiled ahead, no chunk starts with every device waiting on a compiler."""
+        """Start compiling a generation's ``genomes`` in the background (:meth:`evaluate` waits for them); what
+        the last call started and no evaluate() took (a timing cache's hits: issue 36) is dropped."""
         self._require_started()
+        with self._ahead_lock:
+            self._rendered.clear(), self._ahead.clear()
         for g in genomes:
             try:
                 kernel = self.template.render(g)
@@ -371,7 +371,7 @@ class Evaluator:
                      compile_s=compile_s, compile_log=artifact.log)
         ev.resources = {**kernel.resources, **artifact.resources}
         ev.eval_s = time.perf_counter() - t0
-        for name in MEASURES:
+        for name in MEASURES:  # what the evaluator copies from the sandbox's reply
             value = reply.get(name)
             if isinstance(value, (str, bool)) or (value is not None and math.isfinite(value)):
                 setattr(ev, name, value)  # (an inf error of a NaN output is left out: the cause says it)

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from core.evaluation.devices import Slot, set_size
-from core.evaluation.sandbox import Sandbox
+from core.evaluation.sandbox import Sandbox, SandboxError
+
+# Tries of a baseline timing whose sandbox died (crashed, timed out, would not start again): a sandbox
+# killed by the machine (the OOM killer, a full /dev/shm) must not end a 72-hour run, a baseline that
+# kills every fresh sandbox must not loop for ever.
+BASELINE_ATTEMPTS = 3
+RETRY_PAUSE_S = 2.0  # between two tries: what killed the sandbox may pass
 
 
 class SandboxPool:
@@ -38,6 +45,27 @@ class SandboxPool:
         """Send ``request`` to ``slot``'s sandbox (the first slot when None); never raises for
         what the sandbox does."""
         return self.sandboxes[slot or self.labels[0]].call(request, timeout_s)
+
+    def call_retrying(self, request: dict, slot: str | None = None, timeout_s: float | None = None,
+                      attempts: int = BASELINE_ATTEMPTS, log: Callable[[str], None] = print) -> dict:
+        """:meth:`call`, tried again in a fresh sandbox while the reply is ``crashed`` or ``timeout``
+        (the dead sandbox is replaced by :meth:`Sandbox.call`) or the sandbox cannot start again
+        (:class:`SandboxError`), ``attempts`` tries in all; the last reply, whose ``cause`` then says
+        how many tries failed. For requests whose failure is not a verdict on a candidate (baselines)."""
+        slot = slot or self.labels[0]
+        for attempt in range(1, attempts + 1):
+            try:
+                reply = self.call(request, slot, timeout_s)
+            except SandboxError as exc:
+                reply = {"status": "crashed", "cause": str(exc).splitlines()[0]}
+            if reply.get("status") not in ("crashed", "timeout"):
+                return reply
+            log(f"sandbox on {slot}: {request.get('op')} {reply.get('status')} ({reply.get('cause')}), "
+                f"try {attempt} of {attempts}" + ("; trying again in a fresh sandbox" if attempt < attempts else ""))
+            if attempt < attempts:
+                time.sleep(RETRY_PAUSE_S)
+        reply["cause"] = f"{reply.get('cause')} ({attempts} tries, each in a fresh sandbox)"
+        return reply
 
     def each(self, run: Callable[[str], Any]) -> dict[str, Any]:
         """``run(slot)`` for every slot at once (one thread each); slot -> result."""

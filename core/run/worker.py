@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.config import RunConfig
-from core.evaluation.disk_space import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, gib as _gib
+from core.evaluation.disk_space import MIN_FREE_ENV, RETRY_AFTER_POLLS, DiskGuard, disk_full, size_text as _size
 from core.search.ga import GAContext, Individual, diversity, rng_from_json, rng_state_to_json, summarise
 from core.search.strategies import steps
 from core.genome import Genome
@@ -170,10 +170,10 @@ class RunWorker:
             return None
         free, need = short
         where = self.runs_dir.resolve()
-        self._set_status("paused", f"disk nearly full: {_gib(free)} free on the filesystem of {where}, below the "
-                                   f"{_gib(need)} needed (${MIN_FREE_ENV}); the run resumes by itself when space returns")
+        self._set_status("paused", f"disk nearly full: {_size(free)} free on the filesystem of {where}, below the "
+                                   f"{_size(need)} needed (${MIN_FREE_ENV}); the run resumes by itself when space returns")
         self.heartbeat(phase="paused: disk nearly full", paused_for="disk", disk_free_bytes=free, disk_min_free_bytes=need)
-        self.log(f"paused: disk nearly full ({_gib(free)} free on {where}, {_gib(need)} needed)")
+        self.log(f"paused: disk nearly full ({_size(free)} free on {where}, {_size(need)} needed)")
         t_pause, polls = time.monotonic(), 0
         while short is not None:
             time.sleep(self.disk.poll_s)
@@ -188,7 +188,7 @@ class RunWorker:
         self.paused_s += time.monotonic() - t_pause
         self._set_status("running")
         self.heartbeat(phase="", paused_for=None)
-        self.log(f"resumed: {_gib(self.disk.free())} free on {where}")
+        self.log(f"resumed: {_size(self.disk.free())} free on {where}")
         return None
 
     def _compile_found_disk_full(self, why: str | None) -> None:
@@ -209,7 +209,7 @@ class RunWorker:
             self.paused_s += time.monotonic() - self._compile_pause_t
             self._set_status("running")
             self.heartbeat(phase="", paused_for=None)
-            self.log(f"resumed: compiles go on ({_gib(self.disk.free())} free)")
+            self.log(f"resumed: compiles go on ({_size(self.disk.free())} free)")
 
     def _counting(self, evaluate: Callable) -> Callable[[list[Genome]], list[dict]]:
         def run(genomes: list[Genome]) -> list[dict]:

@@ -280,6 +280,7 @@ def _mirror_from_db(run: Path, scratch: Path) -> Path:
     dest = scratch / run.name
     (dest / LIVE / "individuals").mkdir(parents=True)
     (dest / LIVE / "kernels").mkdir(parents=True)
+    (dest / LIVE / "generations").mkdir(parents=True)
     shutil.copy(run / CONFIG, dest / CONFIG)
     try:
         con = duckdb.connect(str(run / DB), read_only=True)
@@ -288,7 +289,7 @@ def _mirror_from_db(run: Path, scratch: Path) -> Path:
     try:
         for table, target in (("individuals", "individuals/chunk_00000000_99999999.parquet"),
                               ("kernels", "kernels/chunk_00000000_99999999.parquet"),
-                              ("generations", "generations.parquet")):
+                              ("generations", "generations/chunk_00000000_99999999.parquet")):
             con.execute(f"COPY (SELECT {select_list(table)} FROM {table} ORDER BY generation, rowid) "
                         f"TO '{dest / LIVE / target}' (FORMAT parquet)")
         base = (con.execute("SELECT baseline FROM runs").fetchall() or [None])[0]
