@@ -120,6 +120,56 @@ class LauncherServer:
                     return {"status": "ok", "packed_modified": name}
         return {"status": "ok"}
 
+    def op_launches(self, request: dict) -> dict:
+        """One launch on each case named in ``launch``, in order, each waited for; stops at the first
+        launch that raises or changes the repacked weights it read (``stopped``). The judge reads back
+        and checks every output itself: ``launched`` only says how many it may look at."""
+        done = 0
+        for uid in request["launch"]:
+            stopped = self._launch_once(self.cases[uid])
+            if stopped:
+                return {"status": "ok", "launched": done, "stopped": stopped}
+            done += 1
+        return {"status": "ok", "launched": done}
+
+    def op_repeat(self, request: dict) -> dict:
+        """``launches`` launches on one case, its outputs poisoned and its in-place tensors restored
+        before each, what each left (outputs with their guard zones) copied into its own row of the
+        ``into`` buffers for the judge to read back and compare; then, with ``memory``, the memory
+        measurement on that case (:meth:`op_memory`)."""
+        case, into = self.cases[request["case"]], self.cases[request["into"]]
+        done = 0
+        for j in range(int(request["launches"])):
+            self.h.reset_outputs(case)
+            stopped = self._launch_once(case)
+            if stopped:
+                return {"status": "ok", "launched": done, "stopped": stopped}
+            for t in self.h.written:
+                self.arrays.copy_into(into.data[t.name][j], case.flats[t.name])
+            done += 1
+        self.runtime.synchronize()
+        out = {"status": "ok", "launched": done}
+        if request.get("memory"):
+            out["memory"] = self.op_memory({"case": request["case"]})
+        return out
+
+    def _launch_once(self, case: Case) -> dict | None:
+        """One launch on ``case``, waited for; why the batch stops there (it raised, or changed the
+        repacked weights it read), or None."""
+        try:
+            self.h.launch(self.kernel, case)
+            self.runtime.synchronize()
+        except CompileError as exc:  # a JIT backend (Triton) compiles at its first launch
+            return {"compile": True, "type": type(exc).__name__, "cause": str(exc)}
+        except Exception as exc:
+            traceback.print_exc()
+            return {"type": type(exc).__name__, "cause": str(exc)}
+        for key, packed in case.packed.items():
+            for name, x in packed.items():
+                if not self.arrays.same_bits(x, case.packed_pristine[key][name]):
+                    return {"packed_modified": name}
+        return None
+
     def op_memory(self, request: dict) -> dict:
         case = self.cases[request["case"]]
         declared = int(self.h.extra_memory_bytes(self.kernel, self.artifact, case))
