@@ -96,6 +96,9 @@ def launch_and_check(protocol: Any, items: list[tuple[Any, dict | None, str]], r
     reply = protocol.launcher.request("launches", cases=[c for c, _, _ in items], launch=[c.token.uid for c, _, _ in items])
     launched = max(0, min(len(items), int(reply.get("launched") or 0)))
     for case, entry, where in items[:launched]:
+        errors = result.setdefault("shape_errors", [])
+        if entry is not None and not any(e is entry for e in errors):  # (a shape's entry once it is checked)
+            errors.append(entry)
         protocol._check(case, result, status, where, entry)
     if launched < len(items):
         _stop(protocol, reply.get("stopped") or {"type": "LauncherError",
@@ -107,11 +110,10 @@ def verify(protocol: Any, rng: Any, result: dict) -> None:
     """Every shape once, the main shape twice, each on fresh inputs, then the main shape again in the
     same buffers with new inputs; first failure is the verdict. The worst error on each shape goes
     into ``result["shape_errors"]``."""
-    result["shape_errors"] = errors = []
+    result["shape_errors"] = errors = []  # (each shape's entry added as its first case is checked)
     items: list[tuple[Any, dict, str]] = []
     for i, shape in enumerate(protocol.shapes):
         entry = {"shape": dict(shape), "max_abs_err": 0.0, "rel_err": 0.0, "margin_used": 0.0}
-        errors.append(entry)
         for k in range(2 if i == 0 else 1):
             items.append((protocol.pool.case(("verify", i, k), shape, rng.getrandbits(31)), entry, f"on {_fmt(shape)}"))
     launch_and_check(protocol, items, result)
