@@ -1,0 +1,101 @@
+"""The judge's launches, batched (issue 35: what the judge costs a GA run).
+
+A candidate takes a handful of requests to its launcher, not one per launch, and its cases' buffers are
+shared once per judge; every launch's outputs are still read back and checked by the judge, so a
+launcher that reports launches it never made leaves poison the judge reads."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from core.backends import availability
+from core.backends.arrays import GUARD_ELEMENTS
+from core.evaluation.launcher import LauncherServer
+from core.evaluation.protocol import Protocol
+from core.tools.check import seed_kernel, validate_target
+
+C_UNAVAILABLE = availability("c")
+pytestmark = pytest.mark.skipif(C_UNAVAILABLE is not None, reason=f"C backend: {C_UNAVAILABLE}")
+
+
+def _protocol(launcher: str = "") -> tuple[Protocol, object]:
+    _, problem = validate_target("rmsnorm", "c", {"rows": 32, "cols": 128})
+    spec = {"backend": "c", "device": 0, "workload": "rmsnorm", "problem": problem, "stability_launches": 8,
+            "timing_target_s": 0.01, "launcher": launcher}
+    p = Protocol(spec)
+    artifact = p.backend.compile(seed_kernel(p.template), Path(tempfile.mkdtemp(prefix="abebot-batches-")))
+    assert p.baseline(1)["status"] == "ok"
+    return p, artifact
+
+
+@pytest.fixture(scope="module")
+def judged():
+    p, artifact = _protocol()
+    yield p, artifact
+    p.close()
+
+
+def _requests(p: Protocol) -> list[tuple[str, int]]:
+    """(op, cases shared for the first time) of every request the judge makes from now on."""
+    seen: list[tuple[str, int]] = []
+    request = p.launcher.request
+
+    def counted(op, cases=(), **fields):
+        seen.append((op, sum(c.token.uid not in p.launcher.sent_cases for c in cases)))
+        return request(op, cases, **fields)
+    p.launcher.request = counted
+    return seen
+
+
+def test_a_candidate_takes_five_requests_and_shares_no_new_buffer_after_the_first(judged):
+    p, artifact = judged
+    assert p.evaluate(artifact, 1)["status"] == "ok"
+    seen = _requests(p)
+    try:
+        r = p.evaluate(artifact, 2)
+    finally:
+        del p.launcher.request
+    assert r["status"] == "ok", r["cause"]
+    # load, the verification launches, the same buffers refilled, the timing, stability (with memory)
+    assert [op for op, _ in seen] == ["load", "launches", "launches", "time", "repeat"], seen
+    assert sum(new for _, new in seen) == 0, seen
+    assert r["determinism"] == 1.0 and r["memory_bytes"] > 0 and len(r["shape_errors"]) == len(p.shapes)
+
+
+def test_a_capture_row_is_checked_as_the_launch_left_it_guards_included(judged):
+    p, _ = judged
+    h, a = p.harness, p.arrays
+    case = h.make_case(p.main, 7)
+    capture = h.capture_buffers(case, 3)
+    out = h.written[0].name
+    for t in h.written:  # row 1: the right answer; row 2: the right answer and a guard written
+        flat = case.flats[t.name].copy()
+        flat[GUARD_ELEMENTS:-GUARD_ELEMENTS] = case.expected[t.name].reshape(-1)
+        capture.data[t.name][1][...] = flat
+        capture.data[t.name][2][...] = flat
+    capture.data[out][2][-1] = 0.0
+    assert h.check(h.captured(case, capture, 1)).ok
+    assert h.check(h.captured(case, capture, 2)).cause == "out_of_bounds_write"
+    assert h.check(h.captured(case, capture, 0)).cause == "nan_output"  # never written: poison
+    assert a.same_bits(h.captured(case, capture, 1).data[out], capture.data[out][1][GUARD_ELEMENTS:-GUARD_ELEMENTS].reshape(case.data[out].shape))
+
+
+@pytest.mark.parametrize("op", ["op_launches", "op_repeat"])
+def test_a_launcher_that_reports_launches_it_never_made_leaves_poison_the_judge_reads(monkeypatch, op):
+    """The reply only says how many outputs to look at: the judge reads each one itself."""
+    p, artifact = _protocol(launcher="inline")  # the launcher's code in this process, patched here
+    try:
+        real = getattr(LauncherServer, op)
+
+        def forged(self, request):
+            if self.kernel is None:
+                return real(self, request)
+            return {"status": "ok", "launched": len(request.get("launch") or ()) or int(request.get("launches") or 0)}
+        monkeypatch.setattr(LauncherServer, op, forged)
+        r = p.evaluate(artifact, 3)
+    finally:
+        p.close()
+    want = "wrong_result" if op == "op_launches" else "unstable"
+    assert r["status"] == want and "nan_output" in r["cause"], r
