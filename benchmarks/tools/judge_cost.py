@@ -11,12 +11,16 @@ and as medians over the repeats:
   ``core.evaluation.channel.send_request`` (a ``sitecustomize`` put first on ``PYTHONPATH``; a tree
   without a launcher counts 0), split by operation;
 * ``evaluate s / candidate``: the sandbox's own seconds in ``Protocol.evaluate`` (load, verification,
-  timing, stability, memory: no compile), median over the run's candidates;
+  timing, stability, memory: no compile), median over the run's candidates; ``judge s / candidate``:
+  the part of it spent outside requests (drawing cases, references, checks); ``request <op>``: the
+  seconds each operation's requests took, reply included, per candidate;
+* ``phase <name>``: the run's own median seconds per phase (its Individuals table);
 * ``wall s / candidate``: the generations' elapsed seconds over the candidates they evaluated, as
   evaluations per minute count them (render, compile, sandbox, baseline re-timings);
 * ``run wall s``: the whole command, start-up included.
 
-Works on any tree that has ``core`` and ``store`` (the pre-judge one included)::
+Works on any tree that has ``core`` and ``store`` (the pre-judge one included), and on a GPU with
+``--backend cuda --problem '{}' --population 32`` (``'{}'``: the backend's default problem)::
 
     cd /work/main/.old && PYTHONPATH=$PWD python /path/to/benchmarks/tools/judge_cost.py --repeats 3
     cd WORKTREE && PYTHONPATH=$PWD python benchmarks/tools/judge_cost.py --repeats 3 --json out.json
@@ -39,11 +43,11 @@ from pathlib import Path
 HOOK = r'''
 import importlib.abc, json, os, sys, time
 _LOG = os.environ.get("ABEBOT_JUDGE_COST_LOG")
-_STATE = {"requests": 0, "ops": {}, "fds": 0}
+_STATE = {"requests": 0, "ops": {}, "fds": 0, "seconds": {}, "sent": None}
 
 
 def _channel(module):
-    send = module.send_request
+    send, receive = module.send_request, module.recv_reply
 
     def send_request(sock, request, fds=()):
         op = request.get("op", "start") if isinstance(request, dict) else "?"
@@ -51,8 +55,18 @@ def _channel(module):
             _STATE["requests"] += 1
             _STATE["ops"][op] = _STATE["ops"].get(op, 0) + 1
             _STATE["fds"] += len(list(fds))
+            _STATE["sent"] = (op, time.perf_counter())
         return send(sock, request, fds)
-    module.send_request = send_request
+
+    def recv_reply(sock):
+        try:
+            return receive(sock)
+        finally:
+            if _STATE["sent"] is not None:
+                op, t0 = _STATE["sent"]
+                _STATE["seconds"][op] = _STATE["seconds"].get(op, 0.0) + time.perf_counter() - t0
+                _STATE["sent"] = None
+    module.send_request, module.recv_reply = send_request, recv_reply
 
 
 def _protocol(module):
@@ -60,9 +74,11 @@ def _protocol(module):
 
     def wrapped(self, artifact, seed):
         n, ops, fds, t0 = _STATE["requests"], dict(_STATE["ops"]), _STATE["fds"], time.perf_counter()
+        waited = dict(_STATE["seconds"])
         result = evaluate(self, artifact, seed)
         line = {"pid": os.getpid(), "requests": _STATE["requests"] - n, "fds": _STATE["fds"] - fds,
                 "ops": {k: v - ops.get(k, 0) for k, v in _STATE["ops"].items() if v - ops.get(k, 0)},
+                "ops_s": {k: v - waited.get(k, 0.0) for k, v in _STATE["seconds"].items() if v - waited.get(k, 0.0)},
                 "seconds": time.perf_counter() - t0, "status": result.get("status")}
         with open(_LOG, "a") as f:
             f.write(json.dumps(line) + "\n")
@@ -106,8 +122,8 @@ def one_run(args: argparse.Namespace, index: int) -> dict:
         log = work / "evaluations.jsonl"
         env = {**os.environ, "ABEBOT_JUDGE_COST_LOG": str(log), "OMP_NUM_THREADS": str(args.threads),
                "PYTHONPATH": os.pathsep.join([str(work / "hook"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-        problem = json.dumps({"rows": args.rows, "cols": args.cols})
-        cmd = [sys.executable, "-m", "core", "run", "--workload", "rmsnorm", "--backend", "c", "--population",
+        problem = args.problem or json.dumps({"rows": args.rows, "cols": args.cols})
+        cmd = [sys.executable, "-m", "core", "run", "--workload", args.workload, "--backend", args.backend, "--population",
                str(args.population), "--generations", str(args.generations), "--seed", str(args.seed + index),
                "--timeout-s", "60", "--problem", problem, "--runs-dir", str(work / "runs"), "--run-id", "cost"]
         t0 = time.perf_counter()
@@ -135,15 +151,19 @@ def summarise(run: Path, log: Path, wall: float) -> dict:
             phases.setdefault(name, []).append(float(seconds))
     lines = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     ops: dict[str, list[int]] = {}
+    ops_s: dict[str, list[float]] = {}
     for line in lines:
         for op in set(ops) | set(line["ops"]):
             ops.setdefault(op, []).append(line["ops"].get(op, 0))
+            ops_s.setdefault(op, []).append(line["ops_s"].get(op, 0.0))
     median = (lambda xs: statistics.median(xs) if xs else float("nan"))
     return {"candidates": len(lines), "evaluated": evaluated,
             "round_trips_per_candidate": median([x["requests"] for x in lines]),
             "fds_per_candidate": median([x["fds"] for x in lines]),
             "ops_per_candidate": {op: median(v) for op, v in sorted(ops.items())},
+            "request_s_per_candidate": {op: round(median(v), 5) for op, v in sorted(ops_s.items())},
             "evaluate_s_per_candidate": median([x["seconds"] for x in lines]),
+            "judge_s_per_candidate": median([x["seconds"] - sum(x["ops_s"].values()) for x in lines]),
             "phase_median_s": {k: round(statistics.median(v), 4) for k, v in phases.items()},
             "wall_s_per_candidate": float(took.sum()) / max(1, evaluated), "run_wall_s": wall,
             "statuses": {s: sum(x["status"] == s for x in lines) for s in sorted({x["status"] for x in lines})}}
@@ -162,6 +182,9 @@ def main() -> int:
     ap.add_argument("--generations", type=int, default=3)
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--cols", type=int, default=256)
+    ap.add_argument("--workload", default="rmsnorm")
+    ap.add_argument("--backend", default="c", help="c here; cuda or triton on a GPU")
+    ap.add_argument("--problem", default="", help="a JSON problem (default: --rows and --cols)")
     ap.add_argument("--seed", type=int, default=1, help="the first repeat's; each repeat adds one")
     ap.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS for the run")
     ap.add_argument("--timeout-s", type=int, default=900, help="per run")
@@ -177,13 +200,16 @@ def main() -> int:
     for i in range(args.repeats):
         runs.append(one_run(args, i))
         print(json.dumps({"repeat": i + 1, **runs[-1]}), flush=True)
-    print(f"tree {Path.cwd()}: {args.repeats} runs of rmsnorm/c {args.rows}x{args.cols}, population {args.population}, "
+    print(f"tree {Path.cwd()}: {args.repeats} runs of {args.workload}/{args.backend} {args.problem or (args.rows, args.cols)}, "
+          f"population {args.population}, "
           f"{args.generations} generations")
-    for key in ("round_trips_per_candidate", "fds_per_candidate", "evaluate_s_per_candidate", "wall_s_per_candidate",
-                "run_wall_s"):
+    for key in ("round_trips_per_candidate", "fds_per_candidate", "evaluate_s_per_candidate", "judge_s_per_candidate",
+                "wall_s_per_candidate", "run_wall_s"):
         print(f"  {key:28s} {spread([r[key] for r in runs])}")
     for name in sorted({k for r in runs for k in r["phase_median_s"]}):
         print(f"  phase {name:22s} {spread([r['phase_median_s'][name] for r in runs if name in r['phase_median_s']])}")
+    for op in sorted({k for r in runs for k in r["request_s_per_candidate"]}):
+        print(f"  request {op:20s} {spread([r['request_s_per_candidate'][op] for r in runs if op in r['request_s_per_candidate']])}")
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1))
     return 0
