@@ -18,7 +18,7 @@ import pytest
 
 from core.backends import availability
 from core.evaluation.channel import recv_reply, send_reply
-from core.evaluation.judge import final_state, timing_bounds
+from core.evaluation.judge import final_state, paired_figures, timing_bounds
 from core.tools.check import Checker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,6 +141,18 @@ def test_reported_times_the_judges_clock_contradicts_are_suspect():
     assert "judge saw take" in timing_bounds({**honest, "baseline": [1.0] * 100}, wall_s=0.01, floor_us=1.0)
     assert "below the physical floor" in timing_bounds({"kernel": [1e-9] * 1000}, wall_s=1e-4, floor_us=1.0)
     assert "no time" in timing_bounds({"kernel": [0.0, 1e-5]}, wall_s=1.0, floor_us=None)
+
+
+def test_a_paired_baseline_far_slower_than_its_own_time_at_the_start_is_suspect():
+    """Where a sample is one launch of a graph of many, the wall-clock bound is loose: a launcher that
+    inflated the baseline's samples 1000x fitted under it on the H200 (call 67). The judge holds the
+    paired chunks to the baseline's time alone at the start instead."""
+    reply = {"kernel": [1e-5] * 16, "baseline": [2e-5] * 16, "chunks": [1e-5] * 4}
+    figures = paired_figures(reply, "median", reference_us=20.0)
+    assert not isinstance(figures, str) and figures[1]["speedup"] == pytest.approx(2.0)
+    assert not isinstance(paired_figures({**reply, "baseline": [8e-5] * 16}, "median", reference_us=20.0), str)
+    inflated = paired_figures({**reply, "baseline": [2e-2] * 16}, "median", reference_us=20.0)
+    assert isinstance(inflated, str) and "timed alone at the start" in inflated
 
 
 def test_after_a_timing_the_judge_checks_every_case_against_its_own_reference():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import statistics
+import time
 from typing import Callable
 
 from core.backends.base import Runtime
@@ -18,6 +19,11 @@ from core.backends.torch_arrays import TorchArrays
 GRAPH_BELOW_S = 1e-3  # below this a launch's CPU cost (Python, Triton/dynamo dispatch) can leak into
 # per-call events (seen on the H200: torch.compile RMSNorm 71-95 us by events): time under CUDA graphs
 GRAPH_CALLS = 20  # launches captured per graph; one replay's time / GRAPH_CALLS is one sample
+# The device's spin before each event-timed call (time_events): the host's time to queue the last call,
+# times the margin, plus the pad, at most the cap; cycles counted at the H200's 1.98 GHz boost clock (a
+# slower clock spins longer, which costs nothing but time).
+SPIN_MARGIN, SPIN_PAD_S, SPIN_CAP_S, SPIN_FIRST_S = 1.5, 10e-6, 2e-3, 50e-6
+SPIN_CYCLES_PER_S = 1.98e9
 EVICT_L2_TIMES = 2  # the scratch read that empties the L2 is this many times its size
 
 class TorchCudaRuntime(Runtime):
@@ -207,15 +213,25 @@ def _nothing(_i: int) -> None:
 def time_events(fn: Callable[[int], None], reps: int, start: int = 0, before: Callable[[int], None] = _nothing,
                 after: Callable[[int], None] = _nothing) -> list[float]:
     """Per-call device time (s) measured with a pair of CUDA events around each call; ``before`` and
-    ``after`` are queued outside the pair."""
+    ``after`` are queued outside the pair.
+
+    The device spins (``torch.cuda._sleep``) before the first event for longer than the host took to
+    queue the previous call, so the call is queued whole before the events start: the pair measures
+    the device's time, not the host's. Without it a callable whose host side outlasted the work queued
+    before it (an L2-emptying read of about 35 us) was charged the difference
+    (``tests/test_timing_gpu.py``: 300 us of host time before a launch)."""
     import torch
 
     pairs = []
+    host_s = SPIN_FIRST_S  # the first call's host time is not known yet
     for i in range(start, start + reps):
         before(i)
+        torch.cuda._sleep(int(min(SPIN_CAP_S, SPIN_MARGIN * host_s + SPIN_PAD_S) * SPIN_CYCLES_PER_S))
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
+        t0 = time.perf_counter()
         fn(i)
+        host_s = max(time.perf_counter() - t0, 0.5 * host_s)  # a slow call's margin decays, not at once
         e.record()
         after(i)
         pairs.append((s, e))

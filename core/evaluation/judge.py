@@ -280,11 +280,19 @@ def timing_bounds(reply: dict, wall_s: float, floor_us: float | None) -> str | N
     return None
 
 
-def paired_figures(reply: dict, statistic: str) -> tuple[list[float], dict] | str:
+# A paired baseline's chunks may be slower than the same baseline timed alone at the start (per-call
+# events carry host cost a graph did not: 130 against 27.7 us for a compiled baseline on the H200), but
+# not by this much: beyond it the launcher inflated them to flatter the kernel.
+BASELINE_DRIFT = 16.0
+
+
+def paired_figures(reply: dict, statistic: str, reference_us: float | None = None) -> tuple[list[float], dict] | str:
     """The kernel's chunk statistics and the paired figures (speed-up, its spread, noisy, the baseline's
     median), derived by the judge from the samples the launcher reported -- its own speed-up is not
     read. :func:`core.evaluation.timing.paired_times` times (baseline, kernel) chunks of equal
-    repetitions, each kernel chunk's statistic reported; a string says why the samples cannot be that."""
+    repetitions, each kernel chunk's statistic reported; a string says why the samples cannot be that,
+    or that the baseline's chunks are over :data:`BASELINE_DRIFT` times ``reference_us``, its time at
+    the start (the wall-clock bound is loose where a sample is one launch of a graph of many)."""
     from core.evaluation.timing import Paired
 
     k, b = [float(t) for t in reply.get("kernel") or []], [float(t) for t in reply.get("baseline") or []]
@@ -295,6 +303,9 @@ def paired_figures(reply: dict, statistic: str) -> tuple[list[float], dict] | st
     pick = min if statistic == "min" else statistics.median
     kc = [pick(k[i * reps:(i + 1) * reps]) for i in range(pairs)]
     bc = [pick(b[i * reps:(i + 1) * reps]) for i in range(pairs)]
+    if reference_us and statistics.median(bc) * 1e6 > BASELINE_DRIFT * reference_us:
+        return (f"the baseline's paired chunks took {statistics.median(bc) * 1e6:.1f} us, over {BASELINE_DRIFT:.0f}x "
+                f"its {reference_us:.1f} us timed alone at the start")
     paired = Paired(k, b, [x / max(y, 1e-12) for x, y in zip(bc, kc)], str(reply.get("timing_method") or ""),
                     statistic, kc)
     return kc, {"speedup": paired.speedup, "speedup_spread": paired.spread, "noisy": bool(paired.noisy),

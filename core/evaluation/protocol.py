@@ -89,6 +89,7 @@ class Protocol:
         self._pair: tuple[str, Callable, list] | None = None  # the primary baseline, its fn and timing cases
         self.priority = raise_priority()
         self._cases: tuple[dict, list] | None = None  # every baseline's fn, and the cases they were timed on
+        self._reference_us: dict[str, float] = {}  # each verified baseline's time at the start, bounding its paired chunks
         self.peaks: Peaks | None = None
         self.roofline_us: float | None = None  # at the measured peaks
         self.floor_us: float | None = None  # below this a candidate is suspect
@@ -273,7 +274,7 @@ class Protocol:
         times, chunks = [float(t) for t in reply.get("kernel") or []], [float(t) for t in reply.get("chunks") or []]
         result["timing_method"] = str(reply.get("timing_method", ""))
         if self._pair is not None:  # the figures derived here from the samples, not the launcher's own
-            figures = paired_figures(reply, self.runtime.chunk_statistic)
+            figures = paired_figures(reply, self.runtime.chunk_statistic, self._reference_us.get(self._pair[0]))
             if isinstance(figures, str):
                 raise Failure("suspect", figures)
             chunks = figures[0]
@@ -339,6 +340,7 @@ class Protocol:
         p = entries[primary]
         self._pair = (primary, fns[primary], cases)  # what the next candidates are timed beside
         self._cases = ({n: fns[n] for n in timed}, cases)
+        self._reference_us = {n: float(entries[n]["time_us"]) for n in timed}
         # A verified library path is physical: a floor above it means the peaks were under-measured.
         self._floor_cap = min(self._floor_cap, p["time_us"] / ALLOWANCE)
         self.floor_us = min(self.floor_us, self._floor_cap)
