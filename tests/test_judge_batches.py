@@ -99,3 +99,25 @@ def test_a_launcher_that_reports_launches_it_never_made_leaves_poison_the_judge_
         p.close()
     want = "wrong_result" if op == "op_launches" else "unstable"
     assert r["status"] == want and "nan_output" in r["cause"], r
+
+
+def test_a_launcher_started_early_builds_before_the_settings_and_leaves_quietly_if_the_judge_goes():
+    """The judge starts its launcher first thing (its runtime is built while the judge builds its own);
+    a judge that fails before it sends the settings leaves a launcher that exits by itself."""
+    from core.evaluation.channel import recv_reply, send_request
+    from core.evaluation.judge import spawn_launcher
+
+    _, problem = validate_target("rmsnorm", "c", {"rows": 32, "cols": 128})
+    spec = {"backend": "c", "device": 0, "workload": "rmsnorm", "problem": problem}
+    proc, sock = spawn_launcher(spec)
+    try:
+        send_request(sock, {"settings": {"cache": "hot", "timing_target_s": 0.01}})
+        assert recv_reply(sock)["status"] == "ready"
+        send_request(sock, {"op": "ping"})
+        assert recv_reply(sock)["pid"] == proc.pid
+    finally:
+        sock.close()
+    assert proc.wait(30) == 0
+    proc, sock = spawn_launcher(spec)
+    sock.close()  # gone before the settings
+    assert proc.wait(30) == 0

@@ -29,7 +29,7 @@ from core.backends.base import Artifact, CompileError
 from core.evaluation import batches
 from core.evaluation.harness import Harness
 from core.evaluation.judge import (LauncherClient, LauncherDied, RemoteError, final_state, paired_figures, paired_primary,
-                                   time_baselines, timing_bounds)
+                                   spawn_launcher, time_baselines, timing_bounds)
 from core.evaluation.priority import raise_priority
 from core.evaluation.record import one_line
 from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks, suspect_floor_us
@@ -60,6 +60,8 @@ class Protocol:
 
         from core.evaluation.devices import slot_device
 
+        inline = (spec.get("launcher") or os.environ.get("ABEBOT_LAUNCHER")) == "inline"
+        early = None if inline else spawn_launcher(spec)  # it builds its runtime while the judge builds its own
         self.backend = make_backend(spec["backend"], spec.get("device", 0))
         self.device = slot_device(self.backend.device, int(spec.get("set_size") or 0))
         self.slot = spec.get("slot") or self.device.label()
@@ -82,7 +84,7 @@ class Protocol:
         self.runtime.cache = self.cache
         self.launcher = LauncherClient(spec, {"cache": self.cache, "graph_block": self.runtime.graph_block,
                                               "timing_target_s": self.timing_target_s}, self.harness, self.runtime,
-                                       inline=(spec.get("launcher") or os.environ.get("ABEBOT_LAUNCHER")) == "inline")
+                                       inline=inline, early=early)
         self._pool: list | None = None  # the candidates' timing cases (refilled for each)
         self.pool = batches.pool_for(self)  # their verification and stability cases (refilled for each)
         self.memory_reply: dict | None = None
