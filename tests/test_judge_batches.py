@@ -64,6 +64,17 @@ def test_a_candidate_takes_five_requests_and_shares_no_new_buffer_after_the_firs
     assert r["determinism"] == 1.0 and r["memory_bytes"] > 0 and len(r["shape_errors"]) == len(p.shapes)
 
 
+def test_a_later_baseline_timing_shares_no_new_buffer(judged):
+    p, _ = judged
+    seen = _requests(p)
+    try:
+        r = p.baseline(5)
+    finally:
+        del p.launcher.request
+    assert r["status"] == "ok", r
+    assert "baselines" in [op for op, _ in seen] and sum(new for _, new in seen) == 0, seen
+
+
 def test_a_capture_row_is_checked_as_the_launch_left_it_guards_included(judged):
     p, _ = judged
     h, a = p.harness, p.arrays

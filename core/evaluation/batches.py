@@ -24,8 +24,9 @@ leaves outputs the judge reads, which must still be right.
 
 The cases are made once per judge and refilled with fresh inputs and references (the declared weights
 too) for each candidate (:class:`CasePool`), so their buffers are shared with the launcher once, not
-mapped afresh for every candidate; where they would take too much of the device's memory they are
-made afresh, as before.
+mapped afresh for every candidate; so are the baselines' timing and verification cases, refilled at
+each baseline timing. Where they would take too much of the device's memory they are made afresh, as
+before.
 """
 from __future__ import annotations
 
@@ -55,6 +56,16 @@ class CasePool:
         if self.keep:
             self.cases[key] = case
         return case
+
+    def timing_cases(self, key: Any, shape: dict, count: int, rng: Any) -> list:
+        """``count`` timing cases of ``shape`` (with shared copies of their pristine inputs and
+        references, for the launch checks), kept by ``key`` and refilled (the declared weights kept)."""
+        kept = self.cases.get(key)
+        cases = [self.h.refill(c, rng.getrandbits(31)) for c in kept] if kept else \
+            [self.h.make_case(shape, rng.getrandbits(31), mirror=True) for _ in range(count)]
+        if self.keep:
+            self.cases[key] = cases
+        return cases
 
     def capture(self, case: Any, rows: int) -> Any:
         key = (case.token.uid, rows)

@@ -227,7 +227,7 @@ def spawn_launcher(spec: dict) -> tuple[subprocess.Popen, socket.socket]:
 def time_baselines(self: Any, wanted: list[str], cases: list, rng: Any) -> dict[str, dict]:
     """The judge's baseline timing (``self``: the Protocol): each baseline run once in the launcher on a case of its own and checked here, then timed there
     as kernels are, on ``cases``; times the judge's clock contradicts are not taken."""
-    verify = {name: self.harness.make_case(self.main, rng.getrandbits(31)) for name in wanted}
+    verify = {name: self.pool.case(("baseline", name), self.main, rng.getrandbits(31)) for name in wanted}
     t0 = time.perf_counter()
     reply = self.launcher.request("baselines", cases=cases + list(verify.values()), timing=[c.token.uid for c in cases],
                                   verify={n: c.token.uid for n, c in verify.items()}, seed=rng.getrandbits(31))

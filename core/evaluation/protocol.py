@@ -329,7 +329,7 @@ class Protocol:
         self.priority = raise_priority()  # threads a baseline's library started since are reniced too
         if self.peaks is None:  # measured once per sandbox; again only when a candidate beats the floor
             self._measure_floor()
-        cases = self._timing_cases(rng)
+        cases = self.pool.timing_cases("baseline", self.main, self.timing_cases, rng)
         fns = self.harness.baselines()
         entries = time_baselines(self, [name for name in fns if names is None or name in names], cases, rng)
         timed = {n: e for n, e in entries.items() if e.get("time_us") is not None and e.get("verified")}
