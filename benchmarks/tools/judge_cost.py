@@ -13,7 +13,9 @@ and as medians over the repeats:
 * ``evaluate s / candidate``: the sandbox's own seconds in ``Protocol.evaluate`` (load, verification,
   timing, stability, memory: no compile), median over the run's candidates; ``judge s / candidate``:
   the part of it spent outside requests (drawing cases, references, checks); ``request <op>``: the
-  seconds each operation's requests took, reply included, per candidate;
+  seconds each operation's requests took, reply included, per candidate; ``cpu s / candidate``: the
+  CPU seconds the judge and its launcher used meanwhile (less sensitive to a busy machine than wall
+  time, though the timing loops fill a fixed wall time);
 * ``phase <name>``: the run's own median seconds per phase (its Individuals table);
 * ``wall s / candidate``: the generations' elapsed seconds over the candidates they evaluated, as
   evaluations per minute count them (render, compile, sandbox, baseline re-timings);
@@ -69,17 +71,30 @@ def _channel(module):
     module.send_request, module.recv_reply = send_request, recv_reply
 
 
+def _cpu(pid):
+    """CPU seconds (user + system) of process ``pid`` so far (0 when it cannot be read)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _protocol(module):
     evaluate = module.Protocol.evaluate
 
     def wrapped(self, artifact, seed):
         n, ops, fds, t0 = _STATE["requests"], dict(_STATE["ops"]), _STATE["fds"], time.perf_counter()
         waited = dict(_STATE["seconds"])
+        launcher = getattr(getattr(self, "launcher", None), "proc", None)
+        pids = [os.getpid()] + ([launcher.pid] if launcher is not None else [])
+        cpu = sum(_cpu(p) for p in pids)
         result = evaluate(self, artifact, seed)
+        cpu = sum(_cpu(p) for p in pids) - cpu
         line = {"pid": os.getpid(), "requests": _STATE["requests"] - n, "fds": _STATE["fds"] - fds,
                 "ops": {k: v - ops.get(k, 0) for k, v in _STATE["ops"].items() if v - ops.get(k, 0)},
                 "ops_s": {k: v - waited.get(k, 0.0) for k, v in _STATE["seconds"].items() if v - waited.get(k, 0.0)},
-                "seconds": time.perf_counter() - t0, "status": result.get("status")}
+                "seconds": time.perf_counter() - t0, "cpu_s": cpu, "status": result.get("status")}
         with open(_LOG, "a") as f:
             f.write(json.dumps(line) + "\n")
         return result
@@ -164,6 +179,7 @@ def summarise(run: Path, log: Path, wall: float) -> dict:
             "request_s_per_candidate": {op: round(median(v), 5) for op, v in sorted(ops_s.items())},
             "evaluate_s_per_candidate": median([x["seconds"] for x in lines]),
             "judge_s_per_candidate": median([x["seconds"] - sum(x["ops_s"].values()) for x in lines]),
+            "cpu_s_per_candidate": median([x.get("cpu_s", 0.0) for x in lines]),
             "phase_median_s": {k: round(statistics.median(v), 4) for k, v in phases.items()},
             "wall_s_per_candidate": float(took.sum()) / max(1, evaluated), "run_wall_s": wall,
             "statuses": {s: sum(x["status"] == s for x in lines) for s in sorted({x["status"] for x in lines})}}
@@ -204,7 +220,7 @@ def main() -> int:
           f"population {args.population}, "
           f"{args.generations} generations")
     for key in ("round_trips_per_candidate", "fds_per_candidate", "evaluate_s_per_candidate", "judge_s_per_candidate",
-                "wall_s_per_candidate", "run_wall_s"):
+                "cpu_s_per_candidate", "wall_s_per_candidate", "run_wall_s"):
         print(f"  {key:28s} {spread([r[key] for r in runs])}")
     for name in sorted({k for r in runs for k in r["phase_median_s"]}):
         print(f"  phase {name:22s} {spread([r['phase_median_s'][name] for r in runs if name in r['phase_median_s']])}")
