@@ -132,3 +132,46 @@ def test_a_launcher_started_early_builds_before_the_settings_and_leaves_quietly_
     proc, sock = spawn_launcher(spec)
     sock.close()  # gone before the settings
     assert proc.wait(30) == 0
+
+
+ASYNC_RMSNORM = r"""
+#include <math.h>
+#include <pthread.h>
+#include <time.h>
+/* Cheat: returns at once and writes the outputs from a thread 2 ms later (after the launch was waited
+ * for). Several launches in one request give the thread time: the judge must still not call it ok. */
+struct job { const float *x, *w; float *out; int rows, cols; float eps; };
+static struct job jobs[64];
+static unsigned next_job;
+static void *late(void *arg) {
+    struct job *j = arg;
+    struct timespec t = {0, 2000000};
+    nanosleep(&t, 0);
+    for (int i = 0; i < j->rows; i++) {
+        const float *r = j->x + (long)i * j->cols;
+        float ss = 0.0f;
+        for (int k = 0; k < j->cols; k++) ss += r[k] * r[k];
+        float s = 1.0f / sqrtf(ss / j->cols + j->eps);
+        for (int k = 0; k < j->cols; k++) j->out[(long)i * j->cols + k] = r[k] * s * j->w[k];
+    }
+    return 0;
+}
+void abebot_rmsnorm(const float *x, const float *w, float *residual, float *out, int rows, int cols, float eps) {
+    (void)residual;
+    struct job *j = &jobs[next_job++ % 64];
+    j->x = x; j->w = w; j->out = out; j->rows = rows; j->cols = cols; j->eps = eps;
+    pthread_t t;
+    pthread_create(&t, 0, late, j);
+    pthread_detach(t);
+}
+"""
+
+
+def test_a_kernel_writing_its_outputs_after_it_returned_is_not_ok(judged):
+    from core.tools.check import planted
+
+    p, _ = judged
+    artifact = p.backend.compile(planted(seed_kernel(p.template), ASYNC_RMSNORM),
+                                 Path(tempfile.mkdtemp(prefix="abebot-batches-")))
+    r = p.evaluate(artifact, 11)
+    assert r["status"] == "wrong_result" and "nan_output" in r["cause"], r
