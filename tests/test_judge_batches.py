@@ -75,22 +75,42 @@ def test_a_later_baseline_timing_shares_no_new_buffer(judged):
     assert "baselines" in [op for op, _ in seen] and sum(new for _, new in seen) == 0, seen
 
 
-def test_a_capture_row_is_checked_as_the_launch_left_it_guards_included(judged):
-    p, _ = judged
-    h, a = p.harness, p.arrays
-    case = h.make_case(p.main, 7)
+def _arrays(name: str):
+    if name == "numpy":
+        from core.backends.numpy_arrays import NumpyArrays
+
+        return NumpyArrays()
+    pytest.importorskip("torch")
+    from core.backends.torch_arrays import TorchArrays
+
+    return TorchArrays("cpu")  # the GPU's code path, on CPU tensors
+
+
+@pytest.mark.parametrize("arrays", ["numpy", "torch"])
+def test_a_capture_row_is_checked_as_the_launch_left_it_guards_included(arrays):
+    from types import SimpleNamespace
+
+    from core.evaluation.harness import Harness
+    from core.workloads import get_workload
+
+    workload, problem = get_workload("rmsnorm"), {"rows": 16, "cols": 64, "dtype": "float32", "residual": True, "eps": 1e-6}
+    a = _arrays(arrays)
+    h = Harness(workload, None, SimpleNamespace(arrays=a), problem)
+    case = h.make_case(workload.shapes(problem)[0], 7)
     capture = h.capture_buffers(case, 3)
+    for t in h.written:  # rows 1 and 2: what a right launch leaves; row 2 also writes a guard
+        flat = a.clone(case.flats[t.name])
+        a.copy_into(flat[GUARD_ELEMENTS:-GUARD_ELEMENTS].reshape(tuple(case.data[t.name].shape)), case.expected[t.name])
+        a.copy_into(capture.data[t.name][1], flat)
+        a.copy_into(capture.data[t.name][2], flat)
     out = h.written[0].name
-    for t in h.written:  # row 1: the right answer; row 2: the right answer and a guard written
-        flat = case.flats[t.name].copy()
-        flat[GUARD_ELEMENTS:-GUARD_ELEMENTS] = case.expected[t.name].reshape(-1)
-        capture.data[t.name][1][...] = flat
-        capture.data[t.name][2][...] = flat
     capture.data[out][2][-1] = 0.0
-    assert h.check(h.captured(case, capture, 1)).ok
+    assert len(h.written) == 2 and h.check(h.captured(case, capture, 1)).ok
     assert h.check(h.captured(case, capture, 2)).cause == "out_of_bounds_write"
     assert h.check(h.captured(case, capture, 0)).cause == "nan_output"  # never written: poison
-    assert a.same_bits(h.captured(case, capture, 1).data[out], capture.data[out][1][GUARD_ELEMENTS:-GUARD_ELEMENTS].reshape(case.data[out].shape))
+    row = h.captured(case, capture, 1).data[out]
+    assert a.same_bits(row, capture.data[out][1][GUARD_ELEMENTS:-GUARD_ELEMENTS].reshape(tuple(case.data[out].shape)))
+    assert not a.same_bits(row, h.captured(case, capture, 0).data[out])
 
 
 @pytest.mark.parametrize("op", ["op_launches", "op_repeat"])
