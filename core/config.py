@@ -83,6 +83,9 @@ class RunConfig:
                          "all), quick or full; settings given explicitly win (empty: no preset)", choices=EFFORTS)
     start_from: str = _f("", "runs (ids in the runs folder, comma-separated) of the same workload and backend whose best "
                              "genomes join generation 0 after the seeds: another shape's champions as a start")
+    machine_code: int = _f(0, "1: add the machine_code gene group, PTX edits applied after the source compiles "
+                              "(cuda and triton backends; docs/machine-code.md); 0: off, genomes as before",
+                           min=0, max=1)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

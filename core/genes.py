@@ -5,7 +5,9 @@
   crossed over uniformly key by key;
 * :class:`SequenceGene` -- an ordered list of instruction tokens (``LDG -> FFMA -> STG -> SYNC``),
   each required token once, optional tokens at most once, with "must come before" constraints;
-  crossed over at one point.
+  crossed over at one point;
+* :class:`EditListGene` -- a canonical list of edits (the ``machine_code`` group's PTX edits), at
+  most one per slot, crossed over slot by slot.
 
 Each kind draws, validates, mutates and (de)serialises its own values; none knows a workload.
 """
@@ -183,4 +185,76 @@ class SequenceGene:
         return tuple(raw)
 
 
-Gene = Union[ChoiceGene, MapGene, SequenceGene]
+@dataclass(frozen=True)
+class EditListGene:
+    """A canonical tuple of edit strings, empty by default (the ``machine_code`` group).
+
+    The gene knows nothing of what an edit means: ``alphabet`` does (e.g.
+    :class:`core.backends.ptx.edits.Alphabet`), through ``draw(rng)`` (a random legal edit),
+    ``normalise(text)`` (its canonical text; ValueError when it is none), ``slot(text)`` (edits of
+    one slot exclude each other), ``variants(text)`` (the same edit with another value) and
+    ``canonical(edits)`` (normalised, one per slot, sorted). Crossover takes each slot from either
+    parent, so an edit, addressed the same way in every individual, survives it.
+    """
+
+    name: str
+    alphabet: Any
+    max_edits: int = 8
+    doc: str = ""
+    legacy: Any = ()
+
+    def random(self, rng: random.Random) -> tuple[str, ...]:
+        return self.alphabet.canonical([self.alphabet.draw(rng) for _ in range(rng.randint(0, 2))])
+
+    def validate(self, value: Any) -> str | None:
+        if not isinstance(value, tuple) or not all(isinstance(e, str) for e in value):
+            return f"{self.name}: must be a list of edit strings"
+        if len(value) > self.max_edits:
+            return f"{self.name}: {len(value)} edits, at most {self.max_edits}"
+        try:
+            canonical = self.alphabet.canonical(value)
+        except ValueError as exc:
+            return f"{self.name}: {exc}"
+        return None if canonical == value else f"{self.name}: not in canonical form (expected {list(canonical)})"
+
+    def mutate(self, value: tuple[str, ...], rng: random.Random) -> tuple[str, ...]:
+        """Add an edit, remove one, or change one's value; the result is canonical."""
+        for _ in range(8):
+            moves = (["add"] if len(value) < self.max_edits else []) + (["remove", "change"] if value else [])
+            move, edits = rng.choice(moves), list(value)
+            if move == "add":
+                edits.append(self.alphabet.draw(rng))
+            elif move == "remove":
+                edits.pop(rng.randrange(len(edits)))
+            else:
+                i = rng.randrange(len(edits))
+                others = self.alphabet.variants(edits[i])
+                edits[i] = rng.choice(others) if others else self.alphabet.draw(rng)
+            new = self.alphabet.canonical(edits)
+            if new != value:
+                return new
+        return value
+
+    def crossover(self, a: tuple[str, ...], b: tuple[str, ...], rng: random.Random) -> tuple[str, ...]:
+        """Slot by slot: a slot both parents fill comes from either; one only one fills, half the time."""
+        by_slot: dict = {}
+        for parent in (a, b):
+            for e in parent:
+                by_slot.setdefault(self.alphabet.slot(e), []).append(e)
+        kept = []
+        for slot in sorted(by_slot):
+            options = by_slot[slot]
+            if len(options) == 2 or rng.random() < 0.5:
+                kept.append(rng.choice(options))
+        while len(kept) > self.max_edits:
+            kept.pop(rng.randrange(len(kept)))
+        return self.alphabet.canonical(kept)
+
+    def to_json(self, value: tuple[str, ...]) -> list[str]:
+        return list(value)
+
+    def from_json(self, raw: Any) -> tuple[str, ...]:
+        return self.alphabet.canonical(raw or ())
+
+
+Gene = Union[ChoiceGene, MapGene, SequenceGene, EditListGene]

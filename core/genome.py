@@ -27,9 +27,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Union
 
-from core.genes import _REQUIRED, ChoiceGene, Gene, MapGene, SequenceGene, _frozen_map  # noqa: F401 (the gene kinds are this module's language)
+from core.genes import _REQUIRED, ChoiceGene, EditListGene, Gene, MapGene, SequenceGene, _frozen_map  # noqa: F401 (the gene kinds are this module's language)
 
 GROUPS: tuple[str, ...] = ("parallel_config", "memory_pattern", "register_allocation", "instruction_sequence")
+# Groups a space may add on top of the four, each with its genes' default values. A genome holding a
+# group's defaults is the genome without it: same JSON, same hash (docs/machine-code.md).
+OPTIONAL_GROUPS: Mapping[str, Mapping[str, Any]] = MappingProxyType({"machine_code": MappingProxyType({"edits": ()})})
+ALL_GROUPS: tuple[str, ...] = GROUPS + tuple(OPTIONAL_GROUPS)
 
 GeneValue = Union[str, int, tuple, Mapping[str, Any]]
 
@@ -48,11 +52,15 @@ class Genome:
         for group in GROUPS:
             values = genes.get(group, {})
             frozen[group] = MappingProxyType({k: _freeze(v) for k, v in sorted(values.items())})
-        extra = set(genes) - set(GROUPS)
+        for group, defaults in OPTIONAL_GROUPS.items():
+            values = {**defaults, **genes.get(group, {})}
+            frozen[group] = MappingProxyType({k: _freeze(v) for k, v in sorted(values.items())})
+        extra = set(genes) - set(ALL_GROUPS)
         if extra:
             raise ValueError(f"unknown gene groups {sorted(extra)}")
         object.__setattr__(self, "_genes", MappingProxyType(frozen))
-        object.__setattr__(self, "_json", json.dumps(_thaw(frozen), sort_keys=True, separators=(",", ":")))
+        shown = {g: v for g, v in frozen.items() if g in GROUPS or not _is_default(g, v)}
+        object.__setattr__(self, "_json", json.dumps(_thaw(shown), sort_keys=True, separators=(",", ":")))
         object.__setattr__(self, "_hash", hashlib.sha256(self._json.encode()).hexdigest()[:16])
 
     def __setattr__(self, *_):
@@ -72,7 +80,8 @@ class Genome:
         return self._json
 
     def to_dict(self) -> dict:
-        return _thaw(self._genes)
+        """The genome as plain data (what :meth:`to_json` writes: an optional group at its defaults left out)."""
+        return json.loads(self._json)
 
     @classmethod
     def from_json(cls, text: str | Mapping) -> "Genome":
@@ -103,6 +112,10 @@ def with_gene(genome: Genome, group: str, name: str, value: Any, key: str | None
             return genome
         return genome.replace(group, name, {**dict(current), key: value})
     return genome if _freeze(value) == current else genome.replace(group, name, value)
+
+
+def _is_default(group: str, values: Mapping[str, Any]) -> bool:
+    return dict(values) == {k: _freeze(v) for k, v in OPTIONAL_GROUPS[group].items()}
 
 
 def _freeze(v: Any) -> Any:
@@ -152,9 +165,13 @@ class GeneSpace:
             raise ValueError(f"gene space lacks groups {missing}: every group must change the kernel")
 
     def genes(self) -> Iterable[tuple[str, Gene]]:
-        for group in GROUPS:
+        for group in self.group_names():
             for gene in self.groups[group]:
                 yield group, gene
+
+    def group_names(self) -> tuple[str, ...]:
+        """The four ``GROUPS``, then the optional groups (``OPTIONAL_GROUPS``) this space has."""
+        return GROUPS + tuple(g for g in OPTIONAL_GROUPS if self.groups.get(g))
 
     def gene(self, group: str, name: str) -> Gene:
         for gene in self.groups[group]:
@@ -181,6 +198,9 @@ class GeneSpace:
             names = {g.name for g in self.groups[group]}
             if set(genome[group]) != names:
                 return f"{group}: genes must be {sorted(names)}, got {sorted(genome[group])}"
+        for group in OPTIONAL_GROUPS:
+            if not self.groups.get(group) and not _is_default(group, genome[group]):
+                return f"{group}: this space has no {group} group"
         for group, gene in self.genes():
             reason = gene.validate(genome[group][gene.name])
             if reason:
@@ -233,6 +253,9 @@ class GeneSpace:
     def from_json(self, text: str | Mapping) -> Genome:
         """Parse and validate; raises ValueError with the reason when illegal."""
         raw = json.loads(text) if isinstance(text, str) else dict(text)
+        for group in OPTIONAL_GROUPS:
+            if raw.get(group) and not self.groups.get(group) and not _is_default(group, Genome({group: raw[group]})[group]):
+                raise ValueError(f"{group}: this space has no {group} group (enable it: docs/machine-code.md)")
         genes = {}
         for group, gene in self.genes():
             saved = raw.get(group, {})
@@ -256,6 +279,8 @@ class GeneSpace:
                 kind, values = "choice", list(gene.options)
             elif isinstance(gene, MapGene):
                 kind, values = "map", {k: list(v) for k, v in gene.keys}
+            elif isinstance(gene, EditListGene):
+                kind, values = "edits", {"max_edits": gene.max_edits}
             else:
                 kind, values = "sequence", {"required": list(gene.required), "optional": list(gene.optional)}
             rows.append({"group": group, "gene": gene.name, "kind": kind, "values": values, "doc": gene.doc})
@@ -265,7 +290,7 @@ class GeneSpace:
 def diff(a: Genome, b: Genome) -> list[dict]:
     """Gene-by-gene comparison: one row per gene with both values and whether they differ."""
     rows = []
-    for group in GROUPS:
+    for group in GROUPS + tuple(g for g in OPTIONAL_GROUPS if g in a.to_dict() or g in b.to_dict()):
         for name in sorted(set(a[group]) | set(b[group])):
             va, vb = _thaw(a[group].get(name)), _thaw(b[group].get(name))
             rows.append({"group": group, "gene": name, "a": va, "b": vb, "changed": va != vb})

@@ -6,13 +6,16 @@ import time
 import streamlit as st
 
 from dashboard import benchmark as B
-from dashboard import charts, data, plotly_basic, ui
+from dashboard import charts, data, decode_view, plotly_basic, ui
 from dashboard import launch as L
 from dashboard.runs import load_json
 from dashboard.settings import runs_dir
 from store.reader import RunReader
 
 ui.ensure_navigation()
+if decode_view.chosen():  # a library's decode step (decode-bench records), not a run's
+    decode_view.show()
+    st.stop()
 
 run_id, folder = ui.run_page("Benchmark")
 reader = RunReader(folder)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +167,55 @@ def test_the_h200_check_script_takes_the_seeds_and_valid_variants_of_both_gpu_te
         assert gs[:2] == tpl.gene_space().seed_genomes() and len(gs) > 3 and len(set(gs)) == len(gs)
         assert all(tpl.gene_space().validate(g) is None and tpl.resource_violation(tpl.render(g)) is None for g in gs)
     assert main(["--contexts", "8k"]) == 2
+
+
+LENGTHS_SCRIPT = r'''
+import importlib.util, json, sys
+import torch
+import triton.runtime.interpreter as _I
+_orig = _I._patch_lang_tensor
+def _patched(tensor, scope):  # NumPy >= 2.4 refuses int() of a 1-element array (as tests/test_conformance.py)
+    _orig(tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+_I._patch_lang_tensor = _patched
+from core.workloads.attention_decode.triton import SEEDS, render_module
+B, Q, KVH, G, D, CAP, N = 2, 3, 2, 4, 32, 80, 53
+torch.manual_seed(0)
+q = torch.randn(B, Q, KVH, G, D) * 2
+k, v = torch.randn(B, KVH, CAP, D), torch.randn(B, KVH, CAP, D)
+k[:, :, N:], v[:, :, N:] = float("nan"), float("nan")  # beyond the filled keys: never to be read
+lengths = (N, N - 7)
+errs = []
+for i, seed in enumerate(SEEDS):
+    path = sys.argv[1] + f"/m{i}.py"
+    open(path, "w").write(render_module(seed, "float32"))
+    spec = importlib.util.spec_from_file_location(f"m{i}", path)
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    out = torch.empty_like(q)
+    n = mod.workspace_floats(B, Q, KVH, G, D, CAP)
+    mod.launch(q, k, v, out, torch.empty(n) if n else None, lengths=torch.tensor(lengths, dtype=torch.int32))
+    for b, nb in enumerate(lengths):
+        for j in range(Q):  # query j sees the first nb - Q + j + 1 keys
+            seen = nb - Q + j + 1
+            s = torch.einsum("hgd,hnd->hgn", q[b, j].double(), k[b, :, :seen].double()) / D ** 0.5
+            ref = torch.einsum("hgn,hnd->hgd", s.softmax(-1), v[b, :, :seen].double())
+            errs.append(float((out[b, j].double() - ref).abs().max()))
+print(json.dumps(errs))
+'''
+
+
+def test_the_triton_kernels_read_only_the_keys_a_lengths_tensor_says_are_filled(tmp_path):
+    """A model's KV cache has a fixed capacity and a length per step (under a CUDA graph, on the device):
+    given ``lengths``, the seeds attend to those keys only -- NaN past them never reaches the output --
+    and match the reference over exactly those keys, per sequence (Triton's interpreter, on the CPU)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, "-c", LENGTHS_SCRIPT, str(tmp_path)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    errs = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(errs) == 12 and max(errs) < 1e-4, errs

@@ -31,7 +31,10 @@ def _args(*extra: str):
 def test_the_tiny_step_runs_every_op_on_c_library_kernels_and_its_logits_match_the_fp32_reference(tmp_path):
     record = run(_args("--seed-library", "--library-out", str(tmp_path / "lib")))
     assert not record["refused"], record["refused"]
-    assert record["patched"] == {"rmsnorm": 2 * 2 + 1, "rope": 2, "silu_mul": 2, "w4a16": 5 * 2}
+    # every layer's attention takes the library's op; a C library holds no attention entry (its
+    # kernels cannot read the step's length on the device), so those calls run the native path
+    assert record["patched"] == {"rmsnorm": 2 * 2 + 1, "rope": 2, "silu_mul": 2, "w4a16": 5 * 2, "attention": 2}
+    assert set(record["dispatch_by_op"].pop("attention_decode")) == {"native"}
     for op, calls in record["dispatch_by_op"].items():
         assert set(calls) == {"exact"}, (op, record["dispatch"])
     logits = record["b"]["logits"]
@@ -101,14 +104,14 @@ def test_the_patched_rotary_gets_int32_positions_so_a_graph_replay_never_reads_a
     assert len(rotaries) == 2 and all(r._positions[0] is None for r in rotaries)  # no int64 -> int32 copy cached
 
 
-def test_the_champion_file_names_every_part_the_decode_library_looks_up_but_silu_mul():
+def test_the_champion_file_names_every_part_the_decode_library_looks_up_but_silu_mul_and_attention():
     from core.tools.decode_library import decode_specs, load_champions
 
     champions = load_champions("benchmarks/suites/cold_recheck_genomes.json", "cuda")
     from core.library.models import load_model
 
     parts = {part for _, _, part in decode_specs(load_model("llama-3.1-70b"), 1, "bfloat16", 1e-5, 1088)}
-    assert parts - set(champions) == {"silu_mul_1"}
+    assert parts - set(champions) == {"silu_mul_1", "attention_1"}  # (built from their fast seeds)
     assert all(isinstance(g, dict) for g in champions.values())
 
 
@@ -137,3 +140,15 @@ def test_every_tensor_of_the_rotary_embedding_is_made_on_the_models_device():
     from core.library.decode_model import RotaryEmbedding
 
     assert RotaryEmbedding(64, 128, device="meta").inv_freq.device.type == "meta"
+
+
+def test_the_decode_library_holds_one_attention_entry_per_kv_cache_capacity():
+    """The attention kernels split the cache they are given: a run over contexts 1k, 8k and 32k keeps a
+    cache per context, and each needs its own entry (one built for the largest would leave the others
+    a single split, or a miss)."""
+    from core.library.models import load_model
+    from core.tools.decode_library import decode_specs
+
+    specs = decode_specs(load_model("llama-3.1-70b"), 1, "bfloat16", 1e-5, 32832, (), (1088, 8256, 32832))
+    assert [p["context"] for op, p, _ in specs if op == "attention_decode"] == [1088, 8256, 32832]
+    assert [p["max_positions"] for op, p, _ in specs if op == "rope"] == [32832]

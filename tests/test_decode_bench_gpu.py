@@ -1,6 +1,7 @@
 """``decode-bench`` on the GPU (skipped without CUDA and the cuda backend; the lead runs it on the H200):
 one Llama-3.1-8B-shaped layer, context 256, (a) torch's int4 kernel under torch.compile and (b) a CUDA C
-library built from the templates' seed genomes, both replayed as CUDA graphs, logits checked."""
+library built from the templates' seed genomes, both replayed as CUDA graphs, logits checked, the op
+replay's sum near the step; and two contexts from one model, each over its own KV cache."""
 from __future__ import annotations
 
 import pytest
@@ -38,3 +39,32 @@ def test_one_8b_layer_replays_as_graphs_on_library_kernels_and_its_logits_agree(
         assert lg["argmax_agree"] == lg["argmax_counted"], (w, lg)
         assert r[w]["tokens_per_s"] > 0 and r[w]["breakdown"]["top"], (w, r[w]["breakdown"])
     assert r["verify"][0]["M"] == 5
+    for w in ("a", "b"):  # the op replay: every op timed alone, their sum near the whole step (launch gaps aside)
+        ops_ = r[w]["ops"]
+        assert {row["op"] for row in ops_["rows"]} >= {"self_attn.qkv_proj", "self_attn.cache_attn", "lm_head"}
+        assert 0.5 < ops_["sum_over_step"] < 3.0, (w, ops_["sum_ms"], ops_["step_ms"])
+
+
+def test_two_contexts_from_one_8b_layer_each_attend_over_their_own_cache(tmp_path):
+    from core.tools.decode_bench import run_all
+
+    args = build_parser().parse_args(["decode-bench", "--model", "llama-3.1-8b", "--layers", "1", "--context",
+                                      "512,8192", "--steps", "4", "--rounds", "2", "--iters", "5", "--no-compile",
+                                      "--tolerance", "0.2"])
+    short, long = run_all(args)
+    assert (short["kv_capacity"], long["kv_capacity"]) == (576, 8256)
+    for r in (short, long):
+        assert r["peak_memory_bytes"] < r["memory_estimate_bytes"]
+        for w in ("a", "b"):
+            assert r[w]["logits"]["argmax_agree"] == r[w]["logits"]["argmax_counted"], (r["context"], w)
+
+
+def test_one_8b_layer_with_rmsnorm_fused_into_qkv_runs_the_fused_cuda_kernel_and_its_logits_agree(tmp_path):
+    args = build_parser().parse_args(["decode-bench", "--model", "llama-3.1-8b", "--layers", "1", "--context", "256",
+                                      "--steps", "8", "--rounds", "2", "--iters", "5", "--seed-library", "--no-compile",
+                                      "--library-out", str(tmp_path / "lib"), "--fuse", "norm-qkv", "--tolerance", "0.2"])
+    r = run(args)
+    assert not r["refused"], r["refused"]
+    assert r["fused"] == {"norm-qkv": 1} and "exact" in r["dispatch_by_op"]["rmsnorm_w4a16"]
+    lg = r["b"]["logits"]
+    assert lg["max_error_over_std"] < 0.1 and lg["argmax_agree"] == lg["argmax_counted"], lg

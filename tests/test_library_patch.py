@@ -71,7 +71,7 @@ def test_patch_swaps_every_layer_and_the_logits_match_with_every_layer_on_librar
     lib = c_library(tmp_path / "lib", library_specs(), compile_cache, seed=1)
     report = patch(model, lib, verified=VerifiedCache(tmp_path / "verified.json"), build_dir=tmp_path / "builds")
     assert {k: len(v) for k, v in report.swapped.items()} == {"rmsnorm": 2 * LAYERS + 1, "rope": LAYERS,
-                                                              "silu_mul": LAYERS, "w4a16": 5 * LAYERS}
+                                                              "silu_mul": LAYERS, "w4a16": 5 * LAYERS, "attention": 0}
     assert isinstance(model.layers[0].mlp, LibraryMLP) and isinstance(model.layers[0].mlp.down_proj, LibraryQuantLinear)
     assert isinstance(model.norm, LibraryRMSNorm) and isinstance(model.layers[1].self_attn.rotary_emb, LibraryRotary)
     with torch.no_grad():

@@ -26,8 +26,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from core.backends import cache, elf
+from core.backends import cache, elf, tensor_map
 from core.backends.base import Artifact, Backend, CompileError, DeviceInfo, KernelSource, Runtime
+from core.backends.tensor_map import TensorMap
 from core.backends.torch_runtime import TorchCudaRuntime
 
 
@@ -123,6 +124,9 @@ _PTXAS = {
     "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
     "spill_store_bytes": re.compile(r"(\d+) bytes spill stores"),
     "spill_load_bytes": re.compile(r"(\d+) bytes spill loads"),
+    "ptx_edits_applied": re.compile(r"machine_code: (\d+) applied"),  # core/backends/ptx/nvrtc.py
+    "ptx_edits_noop": re.compile(r"machine_code: \d+ applied, (\d+) noop"),
+    "ptx_edits_refused": re.compile(r"machine_code: \d+ applied, \d+ noop, (\d+) refused"),
 }
 
 
@@ -139,7 +143,11 @@ def parse_ptxas(log: str) -> dict:
 
 
 def nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bytes, str]:
-    """(cubin, log) through CuPy's NVRTC binding; CompileError with the log on failure."""
+    """(cubin, log) through CuPy's NVRTC binding; CompileError with the log on failure. A source
+    carrying machine_code edits goes NVRTC -> PTX -> edits -> ptxas (core/backends/ptx/nvrtc.py)."""
+    from core.backends.ptx import carry, nvrtc as edited
+    if carry.carried(source):
+        return edited.compile_edited(source, name, options, carry.carried(source))
     from cupy.cuda import nvrtc
 
     prog = nvrtc.createProgram(source, name, [], [])
@@ -152,6 +160,20 @@ def nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bytes, st
         return nvrtc.getCUBIN(prog), nvrtc.getProgramLog(prog)
     finally:
         nvrtc.destroyProgram(prog)
+
+
+# ---- arch-specific targets (sm_90a: wgmma, setmaxnreg) ---------------------------------------------
+
+def arch_options(device_arch: str, flags: tuple[str, ...]) -> list[str]:
+    """NVRTC options: ``--gpu-architecture=<device arch>`` then ``flags``, unless ``flags`` name the
+    device's arch-specific target themselves (``--gpu-architecture=sm_90a`` on an sm_90 device, for
+    wgmma and setmaxnreg); CompileError when they name another device's."""
+    named = [f.split("=", 1)[1] for f in flags if f.startswith("--gpu-architecture=")]
+    if not named:
+        return [f"--gpu-architecture={device_arch}", *flags]
+    if any(a not in (device_arch, device_arch + "a") for a in named):
+        raise CompileError(f"the kernel is built for {', '.join(named)}, which this {device_arch} device cannot run")
+    return list(flags)
 
 
 class TorchGpuBackend(Backend):
@@ -176,6 +198,7 @@ class CudaBackend(TorchGpuBackend):
     language = "cuda"
     source_suffix = ".cu"
     entry_kind = "an `extern \"C\" __global__` CUDA kernel, compiled by NVRTC"
+    ptx_edits, line_comment = True, "//"  # the machine_code gene group (core/backends/ptx, docs/machine-code.md)
 
     @classmethod
     def availability(cls) -> str | None:
@@ -208,7 +231,7 @@ class CudaBackend(TorchGpuBackend):
                 except (OSError, ValueError, KeyError, TypeError) as exc:
                     why = f"{meta.name} unreadable ({type(exc).__name__})"
             rejected = cache.discard(cache_dir, key, [cubin, meta], why) + "\n"
-        options = [f"--gpu-architecture={self.device.arch}", *kernel.flags]
+        options = arch_options(self.device.arch, kernel.flags)
         t0 = time.perf_counter()
         try:
             data, log = nvrtc_compile(kernel.source, f"{key}.cu", options + ["--ptxas-options=-v"])
@@ -264,6 +287,8 @@ class CudaKernel:
             else:
                 conv.append(a)
         grid, block, conv = tuple(grid), tuple(block), tuple(conv)
+        if any(isinstance(a, TensorMap) for a in conv):  # by-value tensor maps: packed for cuLaunchKernel
+            return self._bind_packed(grid, block, conv, shared_mem)
 
         def launch() -> None:
             ptr = current_stream_ptr()
@@ -274,6 +299,12 @@ class CudaKernel:
                 self.function(grid, block, conv, shared_mem=shared_mem)
 
         return launch
+
+    def _bind_packed(self, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> Callable[[], None]:
+        from core.backends.torch_runtime import current_stream_ptr
+
+        go = tensor_map.launcher(self.function.ptr, grid, block, args, shared_mem)
+        return lambda: go(current_stream_ptr())
 
     def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
         """Launch once on torch's current stream."""

@@ -43,6 +43,7 @@ class TritonBackend(TorchGpuBackend):
     language = "python"
     source_suffix = ".py"
     entry_kind = "a Python module of `@triton.jit` kernels with a `launch(...)` function"
+    ptx_edits, line_comment = True, "#"  # the machine_code gene group (core/backends/ptx/triton_hook.py)
 
     @classmethod
     def load_writes(cls, compile_dir: Path) -> list[str]:
@@ -165,6 +166,8 @@ class TritonKernel:
             self.resources["spill_bytes"] = int(handle.n_spills) * 4
             self.resources["shared_bytes"] = int(handle.metadata.shared)
             self.resources["threads"] = int(handle.metadata.num_warps) * 32
+            edits = getattr(handle.metadata, "abebot_ptx_edits", None) or {}  # core/backends/ptx/triton_hook.py
+            self.resources.update({f"ptx_edits_{k}": edits[k] for k in ("applied", "noop", "refused") if k in edits})
         except Exception:  # older/newer handle layouts: keep the template's estimate
             pass
 
@@ -237,6 +240,10 @@ def load_module(artifact: Artifact) -> TritonKernel:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    from core.backends.ptx import carry, triton_hook
+    edits = carry.carried(Path(artifact.path).read_text())
+    if edits:  # machine_code edits, applied to Triton's PTX at each compile (core/backends/ptx/triton_hook.py)
+        triton_hook.attach(module, edits)
     kernel = TritonKernel(module, artifact)
     # Once the kernel is gone its module is released at the next load (release_modules), not here:
     # a finalizer runs wherever the last reference drops, perhaps with launches still in flight.

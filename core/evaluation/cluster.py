@@ -65,7 +65,7 @@ class ClusterEvaluator(Evaluator):
         reply = self.remeasure_baselines()
         self.backend = None  # compiles happen on the workers
         self.template = self.workload.template(self.config.backend, self.problem,
-                                               DeviceInfo.from_dict(reply["device"], self.config.backend))
+                                               DeviceInfo.from_dict(reply["device"], self.config.backend)).run_with(self.config)
         self.sandbox = self.client  # "started"
         self.baseline = reply
         self.log(f"evaluator ready on {len(reply['slots'])} Dask workers: baseline {reply['primary']} "

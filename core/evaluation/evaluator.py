@@ -92,7 +92,7 @@ class Evaluator:
         slots = devices.plan(self.backend.device_kind, self.config.backend, self.config.devices, self.config.device,
                              len(self.backend.devices()))
         device = devices.slot_device(self.backend.device, devices.set_size(slots))
-        self.template = self.workload.template(self.config.backend, self.problem, device)
+        self.template = self.workload.template(self.config.backend, self.problem, device).run_with(self.config)
         self.sandbox = SandboxPool(self._spec(), slots, self.config.timeout_s, self.log_path)
         self.sandbox.start()
         try:

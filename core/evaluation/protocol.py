@@ -36,7 +36,6 @@ from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks, suspect_f
 from core.evaluation.timing import TIMING_TARGET_S, adaptive_times, graph_block, median_iqr_us, timing_case_count
 from core.workloads.spec import cache_policy
 
-
 SUSPECT_REMEASURES = 3  # peak measurements before a candidate faster than the floor is called suspect
 
 
@@ -91,7 +90,7 @@ class Protocol:
         self._pair: tuple[str, Callable, list] | None = None  # the primary baseline, its fn and timing cases
         self.priority = raise_priority()
         self._cases: tuple[dict, list] | None = None  # every baseline's fn, and the cases they were timed on
-        self._reference_us: dict[str, float] = {}  # each verified baseline's time at the start, bounding its paired chunks
+        self._reference_us: dict[str, float] = {}  # each baseline's time at the start: bounds its paired chunks
         self.peaks: Peaks | None = None
         self.roofline_us: float | None = None  # at the measured peaks
         self.floor_us: float | None = None  # below this a candidate is suspect

@@ -96,6 +96,27 @@ def attention(q, k_cache, v_cache, mask, heads: int, kv_heads: int, head: int):
     return out.reshape(kv_heads, group, m, head).permute(2, 0, 1, 3).reshape(m, heads * head)
 
 
+class CacheAttention(nn.Module):
+    """The KV-cache write at ``positions`` and SDPA over the cache (a module of its own, so that the
+    op breakdown of :mod:`core.tools.decode_ops` can replay it alone)."""
+
+    def __init__(self, heads: int, kv_heads: int, head: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head = heads, kv_heads, head
+        # True: the attention through the library's op (core.library.attention), set by ``patch``
+        self.library_attention = False
+
+    def forward(self, positions, q, k, v, k_cache, v_cache, mask, lengths=None):
+        kv, d = self.kv_heads, self.head
+        k_cache.index_copy_(1, positions, k.reshape(-1, kv, d).transpose(0, 1))
+        v_cache.index_copy_(1, positions, v.reshape(-1, kv, d).transpose(0, 1))
+        if self.library_attention and lengths is not None:
+            from core.library.attention import attention_decode
+
+            return attention_decode(q.contiguous(), k_cache, v_cache, lengths)
+        return attention(q, k_cache, v_cache, mask, self.heads, kv, d)
+
+
 class Attention(nn.Module):
     """QKV projection, rotary, KV-cache write at ``positions``, SDPA, O projection."""
 
@@ -105,25 +126,25 @@ class Attention(nn.Module):
         self.qkv_proj = random_quant(s.hidden, (s.heads + 2 * s.kv_heads) * s.head_dim, dtype, device)
         self.o_proj = random_quant(s.heads * s.head_dim, s.hidden, dtype, device)
         self.rotary_emb = RotaryEmbedding(s.head_dim, max_positions, device=device)
+        self.cache_attn = CacheAttention(s.heads, s.kv_heads, s.head_dim)
 
     def forward(self, positions, x, k_cache, v_cache, meta):
         h, kv, d = self.heads, self.kv_heads, self.head
-        mask, positions32 = meta
+        mask, positions32, lengths = meta
         q, k, v = self.qkv_proj(x).split([h * d, kv * d, kv * d], dim=-1)
         q, k = self.rotary_emb(positions32, q, k)
-        k_cache.index_copy_(1, positions, k.reshape(-1, kv, d).transpose(0, 1))
-        v_cache.index_copy_(1, positions, v.reshape(-1, kv, d).transpose(0, 1))
-        return self.o_proj(attention(q, k_cache, v_cache, mask, h, kv, d))
+        return self.o_proj(self.cache_attn(positions, q, k, v, k_cache, v_cache, mask, lengths))
 
 
-def step_meta(positions: torch.Tensor, capacity: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+def step_meta(positions: torch.Tensor, capacity: int, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What every layer of a step shares, computed once per step inside the step (so a graph
     replay recomputes it from the static ``positions``): the attention mask, ``key position <= query
     position``, repeated for the ``group`` query heads of a KV head (group * M, capacity), and the positions as int32 for the rotary module (the
     library's kernels take int32; given int64, ``LibraryRotary`` converts once and caches the copy
-    outside any graph, which a replay at new positions would then read stale)."""
+    outside any graph, which a replay at new positions would then read stale), and the keys filled
+    once this step's are written (the last position + 1, int32 (1,)), for the library's attention."""
     mask = torch.arange(capacity, device=positions.device)[None, :] <= positions[:, None]
-    return mask.repeat(group, 1), positions.to(torch.int32)
+    return mask.repeat(group, 1), positions.to(torch.int32), (positions[-1:] + 1).to(torch.int32)
 
 
 class MLP(nn.Module):
@@ -137,7 +158,13 @@ class MLP(nn.Module):
         self.act_fn = nn.SiLU()
 
     def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(gated(self.act_fn, self.gate_proj(x), self.up_proj(x)))
+
+
+def gated(act, gate, up):
+    """``act(gate) * up``, the MLP's SiLU·mul: a function of its own (looked up at each call), so that
+    the op breakdown can record and replay it."""
+    return act(gate) * up
 
 
 class DecoderLayer(nn.Module):
@@ -180,7 +207,9 @@ class KVCache:
 
 
 class DecodeLlama(nn.Module):
-    """``layers`` decoder layers of model ``shape`` (times ``copies`` physical copies), random weights."""
+    """``layers`` decoder layers of model ``shape`` (times ``copies`` physical copies), random weights.
+    ``capacity`` bounds the positions (the rotary tables); a step attends over its own cache's
+    capacity, so caches of several contexts (each at most ``capacity``) can share one model."""
 
     def __init__(self, shape: ModelShape, layers: int, capacity: int, copies: int = 1, eps: float = 1e-5,
                  dtype: torch.dtype = torch.bfloat16, device: str = "cpu", seed: int = 0):
@@ -195,7 +224,7 @@ class DecodeLlama(nn.Module):
 
     def body(self, ids, positions, cache: KVCache, copy: int = 0):
         """The decoder layers of copy ``copy``: (hidden, residual) before the final norm."""
-        meta = step_meta(positions, self.capacity, self.shape.heads // self.shape.kv_heads)
+        meta = step_meta(positions, cache.capacity, self.shape.heads // self.shape.kv_heads)
         hidden, residual = self.embed_tokens(ids), None
         for i in range(self.n_layers):
             layer = self.layers[copy * self.n_layers + i]
@@ -264,7 +293,7 @@ def reference_step(model: DecodeLlama, ids, positions, cache32: KVCache, copy: i
     (patched or not: it reads the modules' tensors, not their forwards); ``cache32`` float32."""
     s = model.shape
     h, kv, d = s.heads, s.kv_heads, s.head_dim
-    mask, _ = step_meta(positions, model.capacity, h // kv)
+    mask = step_meta(positions, cache32.capacity, h // kv)[0]
     residual = model.embed_tokens.weight[ids].float()
     for i in range(model.n_layers):
         layer = model.layers[copy * model.n_layers + i]

@@ -91,6 +91,19 @@ class Dispatcher:
         slot[4] = loaded.launch(sig, problem, tensors, shaped)
         return True
 
+    def bound(self, op: str, problem: dict, tensors: dict, kind: str = "cpu", index: int = 0) -> tuple | None:
+        """After a :meth:`run` of this call that returned True: (the call's resolution slot, whose item
+        0 counts its calls -- a caller serving calls itself adds one per call --; the launcher bound
+        for it, whose ``slots`` and ``fn`` an op's fast path calls directly,
+        :mod:`core.library.fast_launch_plan`). None where no launcher with replaceable pointers
+        served it."""
+        sig = (op, kind, index, *problem.values())
+        slot = self._resolved.get(sig)
+        if slot is None or slot[3] is None:
+            return None
+        bound = slot[4] if slot[4] is not None else slot[3].bound_for(sig, tensors)
+        return None if bound is None or bound.slots is None else (slot, bound)
+
     # -- resolution --------------------------------------------------------------------------------
     def resolve(self, op: str, problem: dict, kind: str = "cpu", index: int = 0) -> tuple[str, Any]:
         """(how, entry) that would serve the call: how is exact, nearest, arch or native (entry None).

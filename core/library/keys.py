@@ -19,7 +19,8 @@ from typing import Any, Iterable
 from core.library.models import entry_key
 
 #: the problem setting that is M, per op the runtime serves (its token count)
-M_PARAM = {"rmsnorm": "rows", "rope": "tokens", "silu_mul": "tokens", "w4a16": "m"}
+M_PARAM = {"rmsnorm": "rows", "rope": "tokens", "silu_mul": "tokens", "w4a16": "m", "rmsnorm_w4a16": "m",
+           "attention_decode": "queries"}
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ class Loaded:
         gives them so: only a bind needs shapes, a bound launch needs addresses. Returns the bound
         launcher when it serves every call of ``sig`` (no weights in its key, pointers replaceable),
         so the caller may keep it and call :meth:`_Bound.run` directly."""
-        key = (sig, *[tensors[n].data_ptr() for n in self._weight_names if n in tensors]) if self._weight_names else sig
+        key = self._key(sig, tensors)
         bound = self._bound.get(key)
         if bound is None:
             bound = self._bind(key, problem, shaped() if shaped is not None else tensors)
@@ -92,6 +92,13 @@ class Loaded:
             return None
         bound.run(tensors)
         return None if self._weight_names else bound
+
+    def bound_for(self, sig: tuple, tensors: dict) -> "_Bound | None":
+        """The launcher bound for calls of ``sig`` on ``tensors``' weights (None before the first)."""
+        return self._bound.get(self._key(sig, tensors))
+
+    def _key(self, sig: tuple, tensors: dict) -> tuple:
+        return (sig, *[tensors[n].data_ptr() for n in self._weight_names if n in tensors]) if self._weight_names else sig
 
     def _bind(self, key: tuple, problem: dict, tensors: dict) -> "_Bound":
         fn, launches = self._make(problem, tensors)

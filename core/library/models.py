@@ -151,6 +151,9 @@ def entry_key(op: str, problem: dict) -> tuple[str, int, int, int]:
         return dt, int(p["q_heads"]) * head, int(p["kv_heads"]) * head, int(p["tokens"])
     if op == "silu_mul":
         return dt, int(p["hidden"]), 1, int(p["tokens"])
+    if op == "attention_decode":  # N: the query heads' width; K: the cache's capacity (keys)
+        return (f"{dt}-b{int(p['batch'])}", int(p["kv_heads"]) * int(p["group"]) * int(p["head_dim"]),
+                int(p["context"]), int(p["queries"]))
     if op == "gather_gemv":
         return dt, int(p["vocab"]), int(p["hidden"]), int(p["tokens"])
     if op == "gemm":

@@ -15,7 +15,10 @@ What it recognises (by structure, whatever the model's own class names beyond th
   that is ``nn.SiLU``: becomes :class:`LibraryMLP` (the same projections,
   ``down(silu_mul(gate(x), up(x)))``);
 * **4-bit linear** -- every :class:`~core.library.quant_linear.QuantLinear`: becomes a
-  :class:`~core.library.quant_linear.LibraryQuantLinear` sharing its tensors.
+  :class:`~core.library.quant_linear.LibraryQuantLinear` sharing its tensors;
+* **attention** -- a module with a ``library_attention`` flag (the attention of
+  :class:`~core.library.decode_model.DecodeLlama`) has it set: its attention then calls
+  ``abebot::attention_decode`` (:mod:`core.library.attention`). Other models' attention is left alone.
 
 The swapped modules share the original parameters (no copy). The patch activates one
 :class:`~core.library.dispatcher.Dispatcher` for the library (:func:`core.library.ops.activate`);
@@ -50,7 +53,7 @@ class PatchReport:
         return "\n".join(lines + [f"skipped {name}: {why}" for name, why in self.skipped])
 
 
-KINDS = ("rmsnorm", "rope", "silu_mul", "w4a16")
+KINDS = ("rmsnorm", "rope", "silu_mul", "w4a16", "attention")
 
 
 class LibraryRMSNorm(nn.Module):
@@ -157,6 +160,9 @@ def _replacement(m: nn.Module) -> tuple[nn.Module | None, str, str]:
             return None, "", "not a forward(positions, query, key) rotary (Hugging Face's returns cos and sin)"
         max_positions = getattr(m, "max_position_embeddings", None) or getattr(m, "max_positions", None) or 4096
         return LibraryRotary(inv_freq, max_positions), "rope", ""
+    if getattr(m, "library_attention", None) is False:  # AbeBot's own decode model: its attention takes the op
+        m.library_attention = True
+        return m, "attention", ""
     if all(hasattr(m, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")) and not isinstance(m, LibraryMLP):
         if not isinstance(m.act_fn, nn.SiLU):
             return None, "", f"a gated MLP whose activation is {type(m.act_fn).__name__}, not SiLU"

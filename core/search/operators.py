@@ -42,6 +42,8 @@ def crossover(p1: Genome, p2: Genome, space: GeneSpace, rng: random.Random) -> G
         va, vb = p1[group][gene.name], p2[group][gene.name]
         if isinstance(gene, SequenceGene):
             value = crossover_sequence(va, vb, gene, rng)
+        elif hasattr(gene, "crossover"):  # an edit list (core.genes.EditListGene): slot by slot
+            value = gene.crossover(va, vb, rng)
         elif isinstance(gene, MapGene):
             value = crossover_map(va, vb, rng)
         else:
@@ -63,7 +65,7 @@ def mutate(genome: Genome, space: GeneSpace, rate: float, rng: random.Random) ->
         genes = {g: dict(genome[g]) for g in genome.to_dict()}
         chosen = [(grp, gene) for grp, gene in all_genes if rng.random() < rate] or [rng.choice(all_genes)]
         for group, gene in chosen:
-            genes[group][gene.name] = gene.mutate(genome[group][gene.name], rng)
+            genes.setdefault(group, {})[gene.name] = gene.mutate(genome[group][gene.name], rng)
         child = Genome(genes)
         if child != genome and space.canonical(child) != start:
             return child

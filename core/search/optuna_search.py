@@ -87,7 +87,7 @@ def _genome(trial, params, base: Genome, cmaes: bool) -> Genome:
     for name, group, gene, key, options in params:
         i = trial.suggest_int(name, 0, len(options) - 1) if cmaes else trial.suggest_categorical(name, list(range(len(options))))
         if key is None:
-            genes[group][gene] = options[i]
+            genes.setdefault(group, {})[gene] = options[i]  # (an optional group at its defaults is not in to_dict)
         else:
             genes[group][gene] = {**dict(genes[group][gene]), key: options[i]}
     return Genome(genes)

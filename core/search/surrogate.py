@@ -21,14 +21,16 @@ MIN_TRAINING = 8
 TOP = 0.10
 
 
-def _features(individuals: Sequence, vocab: dict) -> np.ndarray:
-    """One row per genome: numbers as they are, anything else as its index in a growing vocabulary."""
+def _features(individuals: Sequence, vocab: dict, keys: list | None = None) -> np.ndarray:
+    """One row per genome: numbers as they are, anything else as its index in a growing vocabulary.
+    ``keys``: the genes, in order (default: those of the individuals; a gene a genome lacks -- an
+    optional group at its defaults, docs/machine-code.md -- reads as ())."""
     rows = []
-    for ind in individuals:
-        flat = flat_genes(ind.genome)
+    flats = [flat_genes(ind.genome) for ind in individuals]
+    for flat in flats:
         row = []
-        for key in sorted(flat, key=str):
-            v = flat[key]
+        for key in keys if keys is not None else sorted(set().union(*flats), key=str):
+            v = flat.get(key, ())
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 row.append(float(v))
             else:
@@ -68,11 +70,12 @@ def choose(children: list, n: int, population: Sequence, ctx, rng: random.Random
     if len(seen) < MIN_TRAINING:
         return children[:n]
     vocab = state.setdefault("vocab", {})
-    x = _features([i for i, _ in seen], vocab)
+    keys = sorted(set().union(*(flat_genes(i.genome) for i in [*(i for i, _ in seen), *children])), key=str)
+    x = _features([i for i, _ in seen], vocab, keys)
     y = np.array([f for _, f in seen])
     forest = RandomForestRegressor(n_estimators=50, min_samples_leaf=1, random_state=rng.getrandbits(31), n_jobs=1)
     forest.fit(x, y)
-    predicted = forest.predict(_features(children, vocab))
+    predicted = forest.predict(_features(children, vocab, keys))
     order = np.argsort(-predicted, kind="stable")[:n]
     kept = [children[i] for i in sorted(order)]
     state["chosen"] = [c.hash for c in kept]

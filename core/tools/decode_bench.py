@@ -19,11 +19,13 @@ import json
 import math
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 
 from core.library.models import ModelError, ModelShape, load_model
+from core.tools.decode_format import command_line, format_record
 
 TINY = ModelShape("tiny", hidden=256, intermediate=512, heads=4, kv_heads=2, head_dim=64, vocab=512, layers=2)
 EPS = 1e-5
@@ -36,7 +38,8 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default="llama-3.1-70b", help="llama-3.1-8b, llama-3.1-70b, qwen2.5-72b, tiny "
                                                             "(2 layers, hidden 256) or a JSON shape file")
     p.add_argument("--layers", type=int, default=None, help="decoder layers to build (default: all of the model's)")
-    p.add_argument("--context", type=int, default=1024, help="tokens already in the KV cache")
+    p.add_argument("--context", default="1024", help="tokens already in the KV cache; several, e.g. 1024,8192,32768: "
+                                                     "one record each, from one model (one build, one compile)")
     p.add_argument("--batch", type=int, default=1, help="sequences per step (only 1 for now)")
     p.add_argument("--steps", type=int, default=None, help="steps of the logits check (default 100 on a GPU, 4 on a CPU)")
     p.add_argument("--device", default=None, help="cuda or cpu (default cuda where available)")
@@ -48,7 +51,11 @@ def add_parser(sub) -> None:
     p.add_argument("--backend", default=None, help="the backend of a built library (default: the first backend for "
                                                     "the device: c on a CPU, cuda on a GPU)")
     p.add_argument("--library-out", default=None, metavar="DIR", help="where a built library goes (default a temp dir)")
+    p.add_argument("--build-cache", default=None, metavar="DIR",
+                   help="compile cache of a built library (default LIB/.cc): share it between runs of other contexts")
     p.add_argument("--verify", default="", help="speculative verify steps: drafted token counts K, e.g. 1,2,3,4,7")
+    p.add_argument("--fuse", default="", help="fusions for (b) on top of the library's ops: norm-qkv (RMSNorm into "
+                                             "the QKV GEMV, the rmsnorm_w4a16 workload); see core/tools/decode_fuse.py")
     p.add_argument("--no-compile", action="store_true", help="(a) without torch.compile")
     p.add_argument("--copies", type=int, default=None, help="layer copies rotated between steps (default: enough to "
                                                              "exceed 4x the L2 cache)")
@@ -57,13 +64,46 @@ def add_parser(sub) -> None:
     p.add_argument("--tolerance", type=float, default=None,
                    help="reference top-2 logit gap below which a step is reported apart (default 0.05 GPU, 1e-3 CPU)")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
+    p.add_argument("--save", nargs="?", const="auto", default=None, metavar="DIR",
+                   help="also write the record as JSON into DIR; bare: beside (b)'s library (LIB/decode-bench/), "
+                        "else $ABEBOT_DECODE_DIR (default decode-bench/ beside the runs folder), where the "
+                        "dashboard's Benchmark page finds it")
+    p.set_defaults(decode_parser=p)
 
 
 def cmd(args) -> int:
-    """Run the benchmark (module docstring); prints a table or the JSON record."""
-    record = run(args, say=lambda line: print(line, file=sys.stderr, flush=True))
-    print(json.dumps(record, indent=1) if args.json else format_record(record))
+    """Run the benchmark (module docstring); prints a table or the JSON record (a JSON list, one record
+    per context, when ``--context`` names several)."""
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+
+    def saved(record: dict) -> None:
+        if args.save:
+            from core.tools.decode_records import save, save_folder
+
+            say(f"record saved to {save(record, save_folder(args.save, lasting_library(args)))}")
+
+    records = run_all(args, say=say, on_record=saved)
+    if args.json:
+        print(json.dumps(records[0] if len(records) == 1 else records, indent=1))
+    else:
+        print("\n\n".join(format_record(r) for r in records))
     return 0
+
+
+def contexts(spec: str | int) -> list[int]:
+    """The contexts of ``--context`` ("1024" or "1024,8192,32768"); ValueError for anything else."""
+    try:
+        out = [int(x) for x in str(spec).split(",")]
+    except ValueError:
+        raise ValueError(f"--context takes token counts like 1024 or 1024,8192,32768, not {spec!r}") from None
+    if any(not 1 <= c <= 1 << 20 for c in out):
+        raise ValueError("--context must be from 1 to 1048576")
+    return out
+
+
+def lasting_library(args) -> str | None:
+    """(b)'s library folder when it outlives the process (``--library``, or a build's ``--library-out``)."""
+    return args.library or (args.library_out if args.seed_library or args.champions else None)
 
 
 def _validate(args) -> tuple[ModelShape, torch.device]:
@@ -75,8 +115,8 @@ def _validate(args) -> tuple[ModelShape, torch.device]:
         raise ValueError("--batch: only batch 1 is supported for now")
     if args.layers is not None and not 1 <= args.layers <= shape.layers:
         raise ValueError(f"--layers must be from 1 to {shape.layers} for {shape.name}")
-    if not 1 <= args.context <= 1 << 20:
-        raise ValueError("--context must be from 1 to 1048576")
+    contexts(args.context)
+    fusions(args.fuse)
     for name in ("rounds", "iters"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1")
@@ -94,6 +134,17 @@ def _validate(args) -> tuple[ModelShape, torch.device]:
     if device.type != "cpu" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA GPU here")
     return shape, device
+
+
+def fusions(spec: str) -> tuple[str, ...]:
+    """The fusions of ``--fuse`` ("norm-qkv"); ValueError for an unknown one."""
+    from core.tools.decode_fuse import FUSIONS
+
+    names = tuple(x.strip() for x in spec.split(",") if x.strip())
+    bad = [x for x in names if x not in FUSIONS]
+    if bad:
+        raise ValueError(f"--fuse: unknown fusion {bad[0]!r} (choose from: {', '.join(FUSIONS)})")
+    return names
 
 
 def verify_counts(spec: str) -> list[int]:
@@ -120,97 +171,121 @@ def _copies(shape: ModelShape, layers: int, device: torch.device) -> int:
     return max(1, min(64, math.ceil(4 * l2 / (per_layer * layers))))
 
 
-def _library(args, shape, device, dtype_name, capacity, champions, say):
-    """(library or None, what (b) runs, entry origins)."""
-    from core.library.manifest import Library
-
-    if args.library:
-        return Library.load(args.library), f"library {args.library}", []
-    if not (args.seed_library or args.champions):
-        return None, "native ops (no library): every call misses and runs the native PyTorch path", []
-    from core.tools.decode_library import build_library, decode_specs
-    from core.backends import availability
-
-    backend = _backend(args, device)
-    why = availability(backend)
-    if why:
-        raise ValueError(f"cannot build a {backend} library here: {why}")
-    root = Path(args.library_out or tempfile.mkdtemp(prefix="decode-lib-"))
-    lib, origins = build_library(root, decode_specs(shape, 1, dtype_name, EPS, capacity), backend, root / ".cc",
-                                 champions, say)
-    used = sum(o["genome"] == "champion" for o in origins)
-    source = f"{used} champion genomes of {args.champions}, the rest seeds" if champions is not None \
-        else "the templates' seed genomes"
-    return lib, f"library built at {root} from {source} ({backend}, M=1 entries)", origins
-
-
-def _backend(args, device: torch.device) -> str:
-    """The backend of a built library: ``--backend``, else the first one for the device's kind."""
-    from core.backends import BACKENDS, backend_class
-
-    kind = "cpu" if device.type == "cpu" else "gpu"
-    backend = args.backend or next(b for b in BACKENDS if backend_class(b).device_kind == kind)
-    if backend not in BACKENDS or backend_class(backend).device_kind != kind:
-        raise ValueError(f"--backend {backend} does not run on {device} (choose from: {', '.join(BACKENDS)})")
-    return backend
-
-
 def run(args, say=lambda line: None) -> dict:
-    """The benchmark's record (a dict; module docstring)."""
+    """The benchmark's record at ``--context`` (one context; module docstring)."""
+    records = run_all(args, say)
+    if len(records) != 1:
+        raise ValueError("run() takes one --context; run_all() takes several")
+    return records[0]
+
+
+def run_all(args, say=lambda line: None, on_record=lambda record: None) -> list[dict]:
+    """One record per context of ``--context``, from one model, baseline and library (module docstring);
+    ``on_record`` gets each record as soon as it is complete (``--save`` writes it then, so a run cut
+    short keeps the contexts it finished)."""
     from core.library import ops
-    from core.library.decode_model import DecodeLlama, KVCache, int4_baseline
-    from core.library.patch import patch
-    from core.library.verify import VerifiedCache
-    from core.tools.decode_engine import GraphFn, Step, breakdown, check_logits, time_steps
 
     shape, device = _validate(args)
-    ks = verify_counts(args.verify)
+    ks, ctxs = verify_counts(args.verify), contexts(args.context)
+    gpu = device.type != "cpu"
+    steps = args.steps if args.steps is not None else (100 if gpu else 4)
+    capacity = {c: -(-(c + steps + max(ks + [0]) + 1) // 64) * 64 for c in ctxs}
     champions = None
     if args.champions:  # read before the model is built: a bad file costs nothing
-        from core.tools.decode_library import load_champions
+        from core.tools.decode_library import backend_for, load_champions
 
-        champions = load_champions(args.champions, _backend(args, device))
-    gpu = device.type != "cpu"
+        champions = load_champions(args.champions, backend_for(args, device))
     layers = args.layers or shape.layers
+    copies = args.copies or _copies(shape, layers, device)
+    from core.tools.decode_memory import check_fits, estimate
+
+    top = max(capacity.values())
+    lib = bool(args.library or args.seed_library or args.champions)
+    need = check_fits(shape, layers, copies, top, device, lib) if gpu else estimate(shape, layers, copies, top, 4, lib)
+    s = _setup(args, shape, device, layers, copies, top, champions, say, tuple(sorted(set(capacity.values()))))
+    records = []
+    try:
+        for c in ctxs:
+            records.append(_context(args, s, c, capacity[c], ks, steps, say))
+            records[-1]["memory_estimate_bytes"] = need["total"]  # of the largest context, before anything was built
+            on_record(records[-1])
+    finally:
+        ops.activate(None)
+    return records
+
+
+class _Setup:
+    """What every context of one run shares: the model, (a)'s twin, (b)'s patch, (a)'s compiled layer."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def _setup(args, shape, device, layers, copies, capacity, champions, say, kv_capacities=()) -> _Setup:
+    from core.library.decode_model import DecodeLlama, int4_baseline
+    from core.library.manifest import Library
+    from core.tools.decode_library import library_for
+    from core.library.patch import patch
+    from core.library.verify import VerifiedCache
+
+    gpu = device.type != "cpu"
     dtype = torch.bfloat16 if gpu else torch.float32
     dtype_name = str(dtype).rpartition(".")[2]
-    steps = args.steps if args.steps is not None else (100 if gpu else 4)
-    tolerance = args.tolerance if args.tolerance is not None else (0.05 if gpu else 1e-3)
-    copies = args.copies or _copies(shape, layers, device)
-    capacity = -(-(args.context + steps + max(ks + [0]) + 1) // 64) * 64
-    say(f"building {shape.name}: {layers} layers x {copies} copies, KV capacity {capacity}, {dtype_name} on {device}")
+    say(f"building {shape.name}: {layers} layers x {copies} copies, rotary up to {capacity}, {dtype_name} on {device}")
     model = DecodeLlama(shape, layers, capacity, copies, EPS, dtype, str(device)).eval()
     baseline, baseline_linear = int4_baseline(model)
-    cache_a = KVCache(shape, layers, capacity, args.context, dtype, device)
-    cache_b = KVCache(shape, layers, capacity, args.context, dtype, device)
-    lib, b_label, origins = _library(args, shape, device, dtype_name, capacity, champions, say)
-    from core.library.manifest import Library
-
+    lib, b_label, origins = library_for(args, shape, device, dtype_name, capacity, champions, fusions(args.fuse), say,
+                                        kv_capacities)
     root = Path(lib.root) if lib is not None and lib.root else Path(tempfile.mkdtemp(prefix="decode-verified-"))
     report = patch(model, lib if lib is not None else Library(), verified=VerifiedCache(root / "verified.json"),
                    build_dir=root / "builds", log_misses=lib is not None)
+    fused = {}
+    if "norm-qkv" in fusions(args.fuse):
+        from core.tools.decode_fuse import FUSIONS, fuse_norm_qkv
+
+        fused["norm-qkv"] = len(fuse_norm_qkv(model))
+        b_label += f"; fused: {FUSIONS['norm-qkv']} in {fused['norm-qkv']} layers"
     layer_fn, a_label = None, "eager"
     if not args.no_compile and gpu:
-        cfg = torch._dynamo.config  # one compiled layer serves every layer; the limit covers M changes
+        cfg = torch._dynamo.config  # one compiled layer serves every layer; the limit covers M and context changes
         limit = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
         setattr(cfg, limit, max(getattr(cfg, limit), 64))
         layer_fn, a_label = torch.compile(_run_layer), "torch.compile per layer"
-    try:
-        record = _measure(args, model, baseline, cache_a, cache_b, layer_fn, a_label, ks, gpu, steps, tolerance,
-                          GraphFn, Step, breakdown, check_logits, time_steps, say)
-    finally:
-        ops.activate(None)
-    d = report.dispatcher
+    return _Setup(shape=shape, device=device, gpu=gpu, dtype=dtype, layers=layers, copies=copies, model=model,
+                  baseline=baseline, baseline_linear=baseline_linear, b_label=b_label, origins=origins, report=report,
+                  layer_fn=layer_fn, a_label=a_label, fused=fused)
+
+
+def _context(args, s: _Setup, ctx: int, capacity: int, ks, steps, say) -> dict:
+    """The record of one context (its own KV caches, freed after)."""
+    from core.library.decode_model import KVCache
+
+    say(f"context {ctx}: KV caches of capacity {capacity}")
+    if s.gpu:
+        torch.cuda.reset_peak_memory_stats(s.device)
+    caches = [KVCache(s.shape, s.layers, capacity, ctx, s.dtype, s.device) for _ in "ab"]
+    tolerance = args.tolerance if args.tolerance is not None else (0.05 if s.gpu else 1e-3)
+    record = _measure(args, s, ctx, caches, ks, steps, tolerance, say)
+    d = s.report.dispatcher
     record.update({
-        "model": shape.name, "layers": layers, "model_layers": shape.layers, "copies": copies,
-        "context": args.context, "batch": 1, "device": torch.cuda.get_device_name(device) if gpu else "cpu",
-        "dtype": dtype_name, "weight_bytes_per_step": model.weight_bytes(), "torch": torch.__version__,
-        "a": {**record["a"], "label": f"{baseline_linear}, {record['a']['mode']}" + (", CUDA graph" if gpu else "")},
-        "b": {**record["b"], "label": b_label + (", CUDA graph" if gpu else ", eager")},
-        "library_entries": origins, "dispatch": d.counts(), "dispatch_by_op": {op: d.calls_by(op) for op in
-                                                                               ("rmsnorm", "rope", "silu_mul", "w4a16")},
-        "dispatch_note": "calls counted at eager and capture time; a graph replay repeats the captured launches",
-        "refused": dict(d.refused), "patched": {k: len(v) for k, v in report.swapped.items()}})
+        "measured_at": time.time(), "command": command_line(args),
+        "model": s.shape.name, "layers": s.layers, "model_layers": s.shape.layers, "copies": s.copies,
+        "context": ctx, "kv_capacity": capacity, "batch": 1,
+        "device": torch.cuda.get_device_name(s.device) if s.gpu else "cpu", "dtype": str(s.dtype).rpartition(".")[2],
+        "weight_bytes_per_step": s.model.weight_bytes(), "torch": torch.__version__,
+        "peak_memory_bytes": torch.cuda.max_memory_allocated(s.device) if s.gpu else None,
+        "a": {**record["a"], "label": f"{s.baseline_linear}, {record['a']['mode']}" + (", CUDA graph" if s.gpu else "")},
+        "b": {**record["b"], "label": s.b_label + (", CUDA graph" if s.gpu else ", eager")},
+        "library_entries": s.origins, "dispatch": d.counts(),
+        "dispatch_by_op": {op: d.calls_by(op) for op in ("rmsnorm", "rope", "silu_mul", "w4a16", "attention_decode")
+                           + (("rmsnorm_w4a16",) if s.fused else ())},
+        "fused": s.fused,
+        "dispatch_note": "calls counted at eager and capture time, since the run began (all its contexts); a graph "
+                         "replay repeats the captured launches; the op replays of the breakdown add their own calls",
+        "refused": dict(d.refused), "patched": {k: len(v) for k, v in s.report.swapped.items()}})
+    del caches
+    if s.gpu:
+        torch.cuda.empty_cache()
     return record
 
 
@@ -218,19 +293,20 @@ def _run_layer(layer, positions, hidden, residual, k_cache, v_cache, meta):
     return layer(positions, hidden, residual, k_cache, v_cache, meta)
 
 
-def _measure(args, model, baseline, cache_a, cache_b, layer_fn, a_label, ks, gpu, steps, tolerance,
-             GraphFn, Step, breakdown, check_logits, time_steps, say) -> dict:
-    device = cache_a.k[0].device
-    ctx = args.context
+def _measure(args, s: _Setup, ctx: int, caches, ks, steps, tolerance, say) -> dict:
+    from core.tools.decode_engine import GraphFn, Step, breakdown, check_logits, time_steps
+    from core.tools.decode_ops import op_breakdown
+
+    model, baseline, gpu, device = s.model, s.baseline, s.gpu, s.device
+    cache_a, cache_b = caches
 
     def make_a(positions):
-        nonlocal layer_fn, a_label
-        if layer_fn is not None:
+        if s.layer_fn is not None:
             try:
-                return Step(baseline, cache_a, positions, gpu, layer_fn)
+                return Step(baseline, cache_a, positions, gpu, s.layer_fn)
             except Exception as exc:  # noqa: BLE001 -- "torch.compile where it works"
                 say(f"torch.compile failed ({type(exc).__name__}: {str(exc)[:200]}); (a) runs eager")
-                layer_fn, a_label = None, f"eager (torch.compile failed: {type(exc).__name__})"
+                s.layer_fn, s.a_label = None, f"eager (torch.compile failed: {type(exc).__name__})"
         return Step(baseline, cache_a, positions, gpu)
 
     say("capturing the one-token steps")
@@ -255,6 +331,16 @@ def _measure(args, model, baseline, cache_a, cache_b, layer_fn, a_label, ks, gpu
     rec["b_over_a_speedup"] = round(t["a"]["ms"] / t["b"]["ms"], 4)
     say("profiling")
     rec["a"]["breakdown"], rec["b"]["breakdown"] = breakdown(a1), breakdown(b1)
+    say("replaying each op alone (the per-op breakdown)")
+    for w, m, cache in (("a", baseline, cache_a), ("b", model, cache_b)):
+        try:
+            rec[w]["ops"] = op_breakdown(m, cache, [ctx], t[w]["ms"], device, args.rounds, args.iters)
+        except Exception as exc:  # noqa: BLE001 -- the breakdown is not worth the step's own figures
+            say(f"the op replay of ({w}) failed: {type(exc).__name__}: {str(exc)[:300]}")
+            rec[w]["ops"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    if s.layer_fn is not None and "rows" in rec["a"]["ops"]:
+        rec["a"]["ops"]["note"] = ("(a)'s ops replayed eager: the step itself runs each layer compiled, whose fused "
+                                   "kernels the op replay does not see")
     verify = []
     for k in ks:
         say(f"verify step K={k}")
@@ -271,36 +357,8 @@ def _measure(args, model, baseline, cache_a, cache_b, layer_fn, a_label, ks, gpu
         "rows": [{"K": v["K"], "acceptance_length": acc, **{f"{w}_tokens_per_s": round(1000 * acc / v[w]["ms"], 2)
                                                              for w in ("a", "b")}}
                  for v in verify for acc in (2, 3, 4) if acc <= v["K"] + 1]}
-    rec["a"]["mode"] = a_label
+    rec["a"]["mode"] = s.a_label
     say(f"checking the logits over {steps} steps")
     rec["b"]["logits"] = check_logits(b1, model, cache_b.like(torch.float32), ctx, steps, tolerance)
     rec["a"]["logits"] = check_logits(a1, model, cache_a.like(torch.float32), ctx, steps, tolerance)
     return rec
-
-
-def format_record(r: dict) -> str:
-    """The record as a short text report."""
-    lines = [f"{r['model']}: {r['layers']}/{r['model_layers']} layers (x{r['copies']} copies), context {r['context']}, "
-             f"batch 1, {r['dtype']} on {r['device']}; LM head {r['lm_head_ms']} ms"]
-    for w in ("a", "b"):
-        x = r[w]
-        line = f"({w}) {x['label']}: {x['ms_per_step']} ms/step, {x['tokens_per_s']} tokens/s"
-        if "projected_full_model_tokens_per_s" in x:
-            line += f"; projected full model {x['projected_full_model_tokens_per_s']} tokens/s ({x['projection']})"
-        lg = x["logits"]
-        line += (f"\n    logits vs fp32 over {lg['steps']} steps: max error {lg['max_abs_error']:.4g} "
-                 f"({lg['max_error_over_std']:.3g} of the logits' std), argmax {lg['argmax_agree']}/{lg['argmax_counted']}"
-                 f"; {lg['close_steps']} steps with top-2 closer than {lg['tolerance']} ({lg['close_steps_agree']} agree)")
-        kinds = ", ".join(f"{k} {v['share']:.0%}" for k, v in x["breakdown"]["by_kind"].items())
-        lines += [line, f"    breakdown ({x['breakdown']['source']}): {kinds}"]
-    lines.append(f"(b)/(a) speed-up: {r['b_over_a_speedup']}x")
-    for v in r["verify"]:
-        lines.append(f"verify K={v['K']} (M={v['M']}): (a) {v['a']['x_one_token_step']}x, "
-                     f"(b) {v['b']['x_one_token_step']}x a one-token step")
-    for p in r.get("verify_projection", {}).get("rows", []):
-        lines.append(f"  projected K={p['K']}, acceptance {p['acceptance_length']}: (a) {p['a_tokens_per_s']}, "
-                     f"(b) {p['b_tokens_per_s']} tokens/s (no draft model: projected)")
-    lines.append("dispatch: " + "; ".join(f"{op} {calls}" for op, calls in r["dispatch_by_op"].items()))
-    if r["refused"]:
-        lines.append(f"refused entries: {r['refused']}")
-    return "\n".join(lines)

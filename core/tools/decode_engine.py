@@ -57,7 +57,7 @@ class Step:
         if self.layer_fn is None:
             return self.model(self.ids, self.positions, self.cache, copy)
         m = self.model
-        meta = step_meta(self.positions, m.capacity, m.shape.heads // m.shape.kv_heads)
+        meta = step_meta(self.positions, self.cache.capacity, m.shape.heads // m.shape.kv_heads)
         hidden, residual = m.embed_tokens(self.ids), None
         for i in range(m.n_layers):
             layer = m.layers[copy * m.n_layers + i]

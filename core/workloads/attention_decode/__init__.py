@@ -74,7 +74,7 @@ class AttentionDecodeWorkload(Workload):
         Param("kv_heads", 8, cpu_default=2, upper=128),
         Param("group", 8, cpu_default=4, upper=64),  # query heads per KV head
         Param("head_dim", 128, cpu_default=64, upper=256),
-        Param("context", 1024, cpu_default=256, upper=32768, cpu_upper=32768),  # keys in the cache, drafted included
+        Param("context", 1024, cpu_default=256, upper=65536, cpu_upper=65536),  # keys in the cache (a capacity), drafted included
         Param("dtype", "bfloat16", cpu_default="float32", kind="dtype"),
     )
     templates = family_templates(__name__, "c", "cuda", "triton")

@@ -30,6 +30,13 @@ ENTRY = "abebot_attention_decode"
 ARGTYPES = ("ptr", "ptr", "ptr", "ptr", "int", "int", "int", "int", "int", "int")
 
 
+def refuse_lengths(t: dict) -> None:
+    """The C and CUDA C kernels attend to every key of the cache: a call that counts the filled keys
+    on the device (the library's decode attention, :mod:`core.library.attention`) is not theirs."""
+    if t.get("lengths") is not None:
+        raise NotImplementedError("this attention_decode template takes no lengths (the Triton template does)")
+
+
 class CAttentionTemplate(CTemplate):
     """The C template of :class:`~core.workloads.attention_decode.AttentionDecodeWorkload`."""
 
@@ -64,6 +71,7 @@ class CAttentionTemplate(CTemplate):
                              keys_per_tile=genome["memory_pattern"]["keys_per_tile"])
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
+        refuse_lengths(t)
         return kernel.bind(t["q"], t["k_cache"], t["v_cache"], t["out"], shape["batch"], shape["queries"],
                            shape["kv_heads"], shape["group"], shape["head_dim"], shape["context"])
 

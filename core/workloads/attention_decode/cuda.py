@@ -24,7 +24,7 @@ from core.backends.arrays import dtype_bytes
 from core.backends.base import KernelSource
 from core.backends.cuda import SCALAR_TYPES
 from core.genome import ChoiceGene, GeneSpace, Genome, with_gene
-from core.workloads.attention_decode.c import splits_used
+from core.workloads.attention_decode.c import refuse_lengths, splits_used
 from core.workloads.kernel_files import defines, fill, kernel_body
 from core.workloads.template import Template
 
@@ -83,6 +83,7 @@ class CudaAttentionTemplate(Template):
                             launch, resources)
 
     def bind(self, kernel: Any, t: dict, shape: dict) -> Callable[[], None]:
+        refuse_lengths(t)
         lp = kernel.launch_params
         ns = splits_used(shape["context"], lp["splits"], lp["keys_per_tile"])
         split_len = _split_len(shape["context"], lp)

@@ -77,6 +77,9 @@ class TritonAttentionTemplate(TritonTemplate):
         floats = kernel.module.workspace_floats(*(shape[n] for n in ("batch", "queries", "kv_heads", "group",
                                                                       "head_dim", "context")))
         ws = out.new_empty((floats,), dtype=_float32()) if floats else None
+        lengths = t.get("lengths")  # the library's decode attention: keys filled, on the device
+        if lengths is not None:
+            return lambda: kernel(q, k, v, out, ws, lengths=lengths)
         return lambda: kernel(q, k, v, out, ws)
 
     def extra_bytes(self, kernel: Any, artifact: Any, shape: dict) -> int:
@@ -138,7 +141,7 @@ def _kv_tile(m: dict, which: str) -> str:
     """The load of one [BLOCK_N, BLOCK_D] K or V tile at keys t0.. (zeros past the cache or head dim)."""
     ev = eviction(m["kv_eviction"])
     if m["kv_load"] == "block_ptr":
-        return (f"tl.load(tl.make_block_ptr({which}_ptr + kv_base, (L, D), (D, 1), (t0, 0), (BLOCK_N, BLOCK_D), (1, 0)), "
+        return (f"tl.load(tl.make_block_ptr({which}_ptr + kv_base, (n_keys, D), (D, 1), (t0, 0), (BLOCK_N, BLOCK_D), (1, 0)), "
                 f"boundary_check=(0, 1), padding_option=\"zero\"{ev})")
     return f"tl.load({which}_ptr + kv_base + nn[:, None] * D + dd[None, :], mask=kvmask{ev}, other=0.0)"
 
@@ -208,9 +211,10 @@ def EXP(x):
 
 
 @triton.jit
-def abebot_attention_decode(q_ptr, k_ptr, v_ptr, out_ptr, wo_ptr, wm_ptr, wl_ptr, Q, KVH, G, D, L, split_len, qk_scale,
-                            BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                            HEAD_SPLIT: tl.constexpr, ONE_SPLIT: tl.constexpr, STAGES: tl.constexpr):
+def abebot_attention_decode(q_ptr, k_ptr, v_ptr, out_ptr, wo_ptr, wm_ptr, wl_ptr, len_ptr, Q, KVH, G, D, L, split_len,
+                            qk_scale, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                            HEAD_SPLIT: tl.constexpr, ONE_SPLIT: tl.constexpr, STAGES: tl.constexpr,
+                            HAS_LEN: tl.constexpr):
     s = tl.program_id(0)
     h = tl.program_id(1) // HEAD_SPLIT
     hs = tl.program_id(1) % HEAD_SPLIT
@@ -225,10 +229,11 @@ def abebot_attention_decode(q_ptr, k_ptr, v_ptr, out_ptr, wo_ptr, wm_ptr, wl_ptr
     dmask = dd < D
     qo_mask = rmask[:, None] & dmask[None, :]
     q = tl.load(q_ptr + rows[:, None] + dd[None, :], mask=qo_mask, other=0.0)
-    lim = L - Q + j + 1  # keys row r sees
+    n_keys = tl.load(len_ptr + b) if HAS_LEN else L  # keys filled in the cache (a model's: its step's length)
+    lim = n_keys - Q + j + 1  # keys row r sees
     kv_base = (b * KVH + h).to(tl.int64) * L * D
     k0 = s * split_len
-    k1 = tl.minimum(k0 + split_len, L)
+    k1 = tl.minimum(k0 + split_len, n_keys)
     m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_R], tl.float32)
     acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
@@ -288,8 +293,10 @@ def workspace_floats(B, Q, KVH, G, D, L):
     return 0 if ns == 1 else B * KVH * HEAD_SPLIT * ns * rows * (D + 2)
 
 
-def launch(q, k_cache, v_cache, out, workspace=None):
-    """out = attention of q (B, Q, KVH, G, D) over the caches (B, KVH, L, D)."""
+def launch(q, k_cache, v_cache, out, workspace=None, lengths=None):
+    """out = attention of q (B, Q, KVH, G, D) over the caches (B, KVH, L, D); ``lengths`` (B,) int32 on the
+    device, if given, counts the keys filled in each sequence's cache (the others are never read): a model's
+    cache of fixed capacity, read under a CUDA graph at the step's own length."""
     B, Q, KVH, G, D = q.shape
     L = k_cache.shape[2]
     split_len, ns, rows = _sizes(B, Q, KVH, G, D, L)
@@ -300,9 +307,11 @@ def launch(q, k_cache, v_cache, out, workspace=None):
     wo = workspace if ns > 1 else out
     wm = workspace[n * D:] if ns > 1 else out
     wl = workspace[n * (D + 1):] if ns > 1 else out
-    h = abebot_attention_decode[(ns, KVH * HEAD_SPLIT, B)](q, k_cache, v_cache, out, wo, wm, wl, Q, KVH, G, D, L,
+    lens = q if lengths is None else lengths  # (an unread pointer without lengths)
+    h = abebot_attention_decode[(ns, KVH * HEAD_SPLIT, B)](q, k_cache, v_cache, out, wo, wm, wl, lens, Q, KVH, G, D, L,
                                                           split_len, scale, block_r, block_d, BLOCK_N, HEAD_SPLIT,
-                                                          ns == 1, NUM_STAGES, num_warps=NUM_WARPS)
+                                                          ns == 1, NUM_STAGES, lengths is not None,
+                                                          num_warps=NUM_WARPS)
     if ns > 1:
         abebot_attention_merge[(rows, KVH * HEAD_SPLIT, B)](wo, wm, wl, out, Q, KVH, G, D, ns,
                                                            triton.next_power_of_2(ns), block_d, HEAD_SPLIT,

@@ -133,7 +133,11 @@ def _path(math: str | None) -> Any:
 
 def keeping(launch: Callable[[], None], tensors: tuple) -> Callable[[], None]:
     """``launch`` holding ``tensors`` alive: a bound launch keeps raw pointers only, so a workspace
-    nothing else references would go back to the allocator and be handed to the next tensor."""
+    nothing else references would go back to the allocator and be handed to the next tensor. With no
+    tensors to keep, ``launch`` itself (so that the library calls it directly, core/library/launch.py)."""
+    if not tensors:
+        return launch
+
     def run() -> None:
         launch()
 

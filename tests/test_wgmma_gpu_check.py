@@ -1,0 +1,121 @@
+"""benchmarks/tools/wgmma_gpu_check.py without a GPU: its configurations, its verdicts, its arguments."""
+from __future__ import annotations
+
+import torch
+
+from benchmarks.tools import wgmma_gpu_check as check
+from core.genome import Genome
+from core.workloads.gemm.wgmma_source import violation
+
+
+def test_every_configuration_is_a_valid_genome_and_the_simplest_comes_first():
+    for name, genes in check.CONFIGS.items():
+        assert violation(Genome(genes), "bfloat16") is None, name
+    assert next(iter(check.CONFIGS)) == "simple_128x128x64"
+    assert len({Genome(g) for g in check.CONFIGS.values()}) == len(check.CONFIGS)
+
+
+def test_the_shapes_are_the_ones_the_issue_names():
+    shapes = set(check.SHAPES)
+    assert {(4096, 4096, 4096), (4095, 4097, 1023)} <= shapes
+    assert {(m, n, k) for m in (64, 128, 256) for n, k in check.LLAMA_NK} <= shapes
+
+
+def _case(m: int, n: int):
+    buf = torch.full((m * n + 2 * check.GUARD,), float("nan"), dtype=torch.bfloat16)
+    return buf, buf[check.GUARD:check.GUARD + m * n].view(m, n)
+
+
+def test_a_right_output_passes_and_a_wrong_one_names_its_first_wrong_element():
+    ref = torch.randn(8, 16)
+    buf, c = _case(8, 16)
+    c.copy_(ref.to(torch.bfloat16))
+    assert check.check_output(c, ref, (1e-3, 1.6e-2), buf, 8, 16)["ok"]
+    c[3, 5] = 100.0
+    out = check.check_output(c, ref, (1e-3, 1.6e-2), buf, 8, 16)
+    assert not out["ok"] and out["wrong"] == 1
+    assert out["first_mismatch"]["row"] == 3 and out["first_mismatch"]["col"] == 5
+    assert out["wrong_rows"] == [3, 3, 1] and out["wrong_cols"] == [5, 5, 1]
+    assert out["map_16x16"] == ["+"]
+
+
+def test_the_error_map_shows_which_blocks_are_wrong():
+    bad = torch.zeros(40, 40, dtype=torch.bool)
+    bad[16:32, :] = True
+    bad[0, 33] = True
+    assert check.error_map(bad) == ["..+", "###", "..."]
+
+
+def test_an_unwritten_output_and_a_write_past_c_are_told_apart():
+    ref = torch.randn(4, 8)
+    buf, c = _case(4, 8)
+    out = check.check_output(c, ref, (1e-3, 1.6e-2), buf, 4, 8)
+    assert out["unwritten"] == 32 and "wrote nothing" in out["hint"]
+    c.copy_(ref.to(torch.bfloat16))
+    buf[check.GUARD + 32] = 0.0
+    out = check.check_output(c, ref, (1e-3, 1.6e-2), buf, 4, 8)
+    assert not out["ok"] and not out["guards_ok"] and "outside C" in out["hint"]
+
+
+def test_stats_give_the_median_and_the_relative_spread():
+    s = check.stats([10.0, 11.0, 12.0, 13.0, 100.0])
+    assert s["median_us"] == 12.0 and s["min_us"] == 10.0 and s["max_us"] == 100.0
+    assert abs(s["iqr_over_median"] - (13.0 - 11.0) / 12.0) < 1e-12
+
+
+def test_an_unknown_configuration_is_refused_with_exit_status_2(capsys, tmp_path):
+    assert check.main(["--out", str(tmp_path), "--only", "nope"]) == 2
+    assert "unknown configuration(s) nope" in capsys.readouterr().err
+
+
+class _Matmul:
+    """A stand-in template whose kernel is torch.matmul (right) or that writes one row too few."""
+
+    def __init__(self, short: bool = False):
+        self.short = short
+
+    def bind(self, kernel, t, shape):
+        def launch():
+            out = t["a"].float() @ t["b"].float()
+            rows = shape["m"] - 1 if self.short else shape["m"]
+            t["c"][:rows].copy_(out[:rows].to(torch.bfloat16))
+        return launch
+
+
+def test_a_small_shape_is_checked_and_not_timed(monkeypatch):
+    monkeypatch.setattr(check, "DEVICE", "cpu")
+    lines = []
+    res = check.run_shape(lines.append, _Matmul(), None, (40, 24, 72), 60 << 20)
+    assert res["ok"] and "kernel" not in res and "40x24x72: ok" in lines[0]
+    res = check.run_shape(lines.append, _Matmul(short=True), None, (40, 24, 72), 60 << 20)
+    assert not res["ok"] and res["unwritten"] == 24 and res["first_mismatch"]["row"] == 39
+    assert "WRONG" in lines[1] and '"first_mismatch"' in lines[2]
+
+
+def test_the_tma_probe_expects_a_swizzled_permutation_and_zeros_past_the_matrix():
+    from benchmarks.tools import wgmma_tma_probe as probe
+
+    a = [[r * probe.COLS + c for c in range(probe.COLS)] for r in range(probe.ROWS)]
+    for s in (128, 64, 32):
+        inside = probe.expected(a, s, 0, 0)
+        plain = probe.expected(a, s, 0, 0, swizzled=False)
+        assert sorted(inside) == sorted(plain) and inside != plain  # the same elements, moved
+        corner = probe.expected(a, s, probe.COLS - 8, probe.ROWS - 40)
+        assert corner.count(0) == probe.BOX_ROWS * s // 2 - 40 * 8  # 40 rows x 8 columns lie inside
+
+
+def test_the_tma_probe_kernel_compiles_for_sm_90a(tmp_path):
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from benchmarks.tools import wgmma_tma_probe as probe
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    src = tmp_path / "probe.cu"
+    src.write_text(probe.SOURCE)
+    res = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-o",
+                          str(tmp_path / "probe.cubin"), str(src)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
