@@ -209,6 +209,12 @@ def main() -> int:
     if min(args.repeats, args.population, args.generations, args.rows, args.cols) < 1:
         print("judge_cost: --repeats, --population, --generations, --rows and --cols must be positive", file=sys.stderr)
         return 2
+    try:
+        if args.problem and not isinstance(json.loads(args.problem), dict):
+            raise ValueError
+    except ValueError:
+        print(f"judge_cost: --problem must be a JSON object (got {args.problem!r})", file=sys.stderr)
+        return 2
     if not (Path.cwd() / "core").is_dir():
         print(f"judge_cost: run it from a tree with core/ (here: {Path.cwd()})", file=sys.stderr)
         return 2
