@@ -141,7 +141,12 @@ class LaunchChecks:
         return ref.index_select(axis, row)
 
     def _table(self, case: Any) -> Any:
+        """PERMUTATIONS random permutations of the case's rows, drawn by numpy from the checks' seed: one
+        Python ``random.sample`` per row took ~50 ms a case at 4096 rows, on every candidate's timing."""
+        import numpy as np
+
         n = case.shape.get(self.key, 1) if self.key else 1
         if n < 2:
             return None
-        return self.a.index_table([self.rng.sample(range(n), n) for _ in range(PERMUTATIONS)])
+        gen = np.random.default_rng(self.rng.getrandbits(63))
+        return self.a.index_table(gen.permuted(np.tile(np.arange(n, dtype=np.int64), (PERMUTATIONS, 1)), axis=1))

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from core.backends.arrays import CheckResult
+from core.backends.arrays import GUARD_ELEMENTS, CheckResult
 from core.backends.base import Artifact, Runtime
 
 
@@ -85,11 +85,13 @@ class Harness:
             a.shared = before
 
     # -- cases -----------------------------------------------------------------------------------
-    def make_case(self, shape: dict, seed: int, mirror: bool = False) -> Case:
+    def make_case(self, shape: dict, seed: int, mirror: bool | str = False) -> Case:
         """Fresh random inputs for ``shape``, poisoned outputs in guard zones, the reference.
         ``mirror`` (a judge's timing case): shared copies of the pristine inputs and the reference
-        too, which the launcher's launch checks read (the judge checks against its own); the
-        declared weights' pristine copies are shared for every case of a judge (a repack reads them)."""
+        too, which the launcher's launch checks read (the judge checks against its own);
+        ``mirror="pristine"`` (a judge's stability case): of the pristine inputs only, which the
+        launcher restores in-place tensors from between launches. The declared weights' pristine
+        copies are shared for every case of a judge (a repack reads them)."""
         a = self.arrays
         gen = a.generator(seed)
         case = Case(shape=dict(shape), token=Token())
@@ -109,22 +111,23 @@ class Harness:
         if self.share and (mirror or self.weights):  # (a repack reads the weights' pristine copies)
             with self._allocating():
                 case.mirror = {"pristine": {n: a.clone(x) for n, x in case.pristine.items() if mirror or n in self.weights}}
-                if mirror:
+                if mirror is True:
                     case.mirror["expected"] = {n: a.clone(x) for n, x in case.expected.items()}
         return case
 
-    def refill(self, case: Case, seed: int) -> Case:
+    def refill(self, case: Case, seed: int, weights: bool = False) -> Case:
         """``case``'s buffers (the kernel stays bound to their addresses) holding fresh inputs and
         their reference: the workload's declared weights are kept (a repacked copy of them stays
-        right), every other input is drawn anew and the outputs are poisoned again. A kernel that
-        answers from memory by address returns the old answer here."""
+        right) unless ``weights`` (a case reused for the next kernel, which repacks afresh), every
+        other input is drawn anew and the outputs are poisoned again. A kernel that answers from
+        memory by address returns the old answer here."""
         a = self.arrays
         gen = a.generator(seed)
         twin = Case(shape=case.shape, data=case.data, flats=case.flats, bound=case.bound, packed=case.packed,
                     packed_pristine=case.packed_pristine, token=case.token)
         for t in self.tensors:
             if t.read:
-                twin.pristine[t.name] = case.pristine[t.name] if t.name in self.weights else \
+                twin.pristine[t.name] = case.pristine[t.name] if t.name in self.weights and not weights else \
                     t.init.draw(a, t.shape(case.shape), t.dtype_in(self.problem), gen, case.shape)
             if t.written:
                 a.poison(case.flats[t.name])
@@ -150,6 +153,28 @@ class Harness:
             else:
                 new.data[t.name] = a.clone(case.data[t.name])
         return new
+
+    def capture_buffers(self, case: Case, rows: int) -> Case:
+        """Buffers for ``rows`` copies of ``case``'s outputs with their guard zones, one row per launch
+        (``data[name][j]``), shared with the launcher like a case's: where it copies what each launch
+        of a batch on ``case`` left, for the judge to read back and check (:meth:`captured`)."""
+        out = Case(shape={"rows": int(rows)}, token=Token())
+        with self._allocating():
+            for t in self.written:
+                _, out.data[t.name] = self.arrays.poisoned((int(rows), int(case.flats[t.name].shape[0])),
+                                                           t.dtype_in(self.problem), guard=0)
+        return out
+
+    def captured(self, case: Case, capture: Case, row: int) -> Case:
+        """``case`` as launch ``row`` of a batch left it: its outputs and guard zones as copied into
+        that row of ``capture`` (:meth:`capture_buffers`); its other tensors as they are now."""
+        view = Case(shape=case.shape, data=dict(case.data), flats=dict(case.flats), pristine=case.pristine,
+                    expected=case.expected, packed=case.packed, packed_pristine=case.packed_pristine, token=case.token)
+        for t in self.written:
+            flat = capture.data[t.name][row]
+            view.flats[t.name] = flat
+            view.data[t.name] = flat[GUARD_ELEMENTS:int(flat.shape[0]) - GUARD_ELEMENTS].reshape(tuple(case.data[t.name].shape))
+        return view
 
     def reset_outputs(self, case: Case) -> None:
         """Poison the outputs again and restore in-place tensors, before a checked launch."""

@@ -66,7 +66,8 @@ class LauncherClient:
     ``inline`` (tests, ``run_kernel.py`` of an exported kernel: no adversary) serves the requests in this
     process, on the judge's own runtime and harness, with nothing shared or separated."""
 
-    def __init__(self, spec: dict, settings: dict, harness: Any, runtime: Any, inline: bool = False):
+    def __init__(self, spec: dict, settings: dict, harness: Any, runtime: Any, inline: bool = False,
+                 early: tuple | None = None):
         self.spec, self.settings, self.harness, self.inline = dict(spec), dict(settings), harness, inline
         self.arrays = harness.arrays
         self.blocks = None
@@ -87,25 +88,23 @@ class LauncherClient:
             self.blocks = NumpyBlocks()
             self.arrays.shared_pool = self.blocks
         harness.share = True
-        self._start()
+        self._start(early)
 
     # -- the process -----------------------------------------------------------------------------
-    def _start(self) -> None:
+    def _start(self, early: tuple | None = None) -> None:
+        """A launcher (``early``: one :func:`spawn_launcher` started, building its runtime meanwhile)
+        given the judge's settings, and ready."""
         from core.evaluation.descendants import descendants
 
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "core.evaluation.launcher", str(theirs.fileno())],
-                                         pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
-        finally:
-            theirs.close()
-        self.sock = mine
+        self.proc, self.sock = early or spawn_launcher(self.spec)
         self.sent_cases: set[int] = set()
         self.dead_cases: list[int] = []
         if self.blocks is not None:
             self.blocks.forget_sent()
-        send_request(mine, {"spec": self.spec, "settings": self.settings})
+        try:
+            send_request(self.sock, {"settings": self.settings})
+        except OSError:
+            pass  # it ended already: its reply (or its death) says why
         reply = self._receive()
         if reply.get("status") != "ready":
             raise RuntimeError(f"launcher failed to start: {reply.get('cause')}\n{reply.get('traceback', '')}".rstrip())
@@ -210,10 +209,25 @@ class LauncherClient:
         return reply
 
 
+def spawn_launcher(spec: dict) -> tuple[subprocess.Popen, socket.socket]:
+    """Start a launcher process (``python -m core.evaluation.launcher``) and send it ``spec``: it builds
+    its backend, runtime and harness while the judge builds its own, then waits for the judge's
+    settings (:meth:`LauncherClient._start`). Returns (process, the judge's end of the socket)."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "core.evaluation.launcher", str(theirs.fileno())],
+                                pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+    finally:
+        theirs.close()
+    send_request(mine, {"spec": dict(spec)})
+    return proc, mine
+
+
 def time_baselines(self: Any, wanted: list[str], cases: list, rng: Any) -> dict[str, dict]:
     """The judge's baseline timing (``self``: the Protocol): each baseline run once in the launcher on a case of its own and checked here, then timed there
     as kernels are, on ``cases``; times the judge's clock contradicts are not taken."""
-    verify = {name: self.harness.make_case(self.main, rng.getrandbits(31)) for name in wanted}
+    verify = {name: self.pool.case(("baseline", name), self.main, rng.getrandbits(31)) for name in wanted}
     t0 = time.perf_counter()
     reply = self.launcher.request("baselines", cases=cases + list(verify.values()), timing=[c.token.uid for c in cases],
                                   verify={n: c.token.uid for n, c in verify.items()}, seed=rng.getrandbits(31))

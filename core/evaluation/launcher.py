@@ -39,15 +39,7 @@ class LauncherServer:
 
     def __init__(self, spec: dict, settings: dict, runtime: Any = None, harness: Harness | None = None):
         if runtime is None:  # a process of its own: its own backend, runtime and harness
-            from core.backends import make_backend
-            from core.evaluation.devices import slot_device
-            from core.workloads import get_workload
-
-            backend = make_backend(spec["backend"], spec.get("device", 0))
-            device = slot_device(backend.device, int(spec.get("set_size") or 0))
-            runtime = backend.make_runtime()
-            workload, problem = get_workload(spec["workload"]), dict(spec["problem"])
-            harness = Harness(workload, workload.template(spec["backend"], problem, device), runtime, problem)
+            runtime, harness = build(spec)
         self.runtime, self.h, self.arrays = runtime, harness, runtime.arrays
         self.cache = settings["cache"]
         self.timing_target_s = float(settings["timing_target_s"])
@@ -119,6 +111,56 @@ class LauncherServer:
                 if not self.arrays.same_bits(x, case.packed_pristine[key][name]):
                     return {"status": "ok", "packed_modified": name}
         return {"status": "ok"}
+
+    def op_launches(self, request: dict) -> dict:
+        """One launch on each case named in ``launch``, in order, each waited for; stops at the first
+        launch that raises or changes the repacked weights it read (``stopped``). The judge reads back
+        and checks every output itself: ``launched`` only says how many it may look at."""
+        done = 0
+        for uid in request["launch"]:
+            stopped = self._launch_once(self.cases[uid])
+            if stopped:
+                return {"status": "ok", "launched": done, "stopped": stopped}
+            done += 1
+        return {"status": "ok", "launched": done}
+
+    def op_repeat(self, request: dict) -> dict:
+        """``launches`` launches on one case, its outputs poisoned and its in-place tensors restored
+        before each, what each left (outputs with their guard zones) copied into its own row of the
+        ``into`` buffers for the judge to read back and compare; then, with ``memory``, the memory
+        measurement on that case (:meth:`op_memory`)."""
+        case, into = self.cases[request["case"]], self.cases[request["into"]]
+        done = 0
+        for j in range(int(request["launches"])):
+            self.h.reset_outputs(case)
+            stopped = self._launch_once(case)
+            if stopped:
+                return {"status": "ok", "launched": done, "stopped": stopped}
+            for t in self.h.written:
+                self.arrays.copy_into(into.data[t.name][j], case.flats[t.name])
+            done += 1
+        self.runtime.synchronize()
+        out = {"status": "ok", "launched": done}
+        if request.get("memory"):
+            out["memory"] = self.op_memory({"case": request["case"]})
+        return out
+
+    def _launch_once(self, case: Case) -> dict | None:
+        """One launch on ``case``, waited for; why the batch stops there (it raised, or changed the
+        repacked weights it read), or None."""
+        try:
+            self.h.launch(self.kernel, case)
+            self.runtime.synchronize()
+        except CompileError as exc:  # a JIT backend (Triton) compiles at its first launch
+            return {"compile": True, "type": type(exc).__name__, "cause": str(exc)}
+        except Exception as exc:
+            traceback.print_exc()
+            return {"type": type(exc).__name__, "cause": str(exc)}
+        for key, packed in case.packed.items():
+            for name, x in packed.items():
+                if not self.arrays.same_bits(x, case.packed_pristine[key][name]):
+                    return {"packed_modified": name}
+        return None
 
     def op_memory(self, request: dict) -> dict:
         case = self.cases[request["case"]]
@@ -230,7 +272,22 @@ class LauncherServer:
 
 
 # -- the process -----------------------------------------------------------------------------------
-def launcher_main(sock: Any, spec: dict, settings: dict) -> None:
+def build(spec: dict) -> tuple[Any, Harness]:
+    """The launcher's own backend runtime and harness for ``spec``."""
+    from core.backends import make_backend
+    from core.evaluation.devices import slot_device
+    from core.workloads import get_workload
+
+    backend = make_backend(spec["backend"], spec.get("device", 0))
+    device = slot_device(backend.device, int(spec.get("set_size") or 0))
+    runtime = backend.make_runtime()
+    workload, problem = get_workload(spec["workload"]), dict(spec["problem"])
+    return runtime, Harness(workload, workload.template(spec["backend"], problem, device), runtime, problem)
+
+
+def launcher_main(sock: Any, spec: dict, settings: dict | None = None) -> None:
+    """Serve the judge on ``sock``; without ``settings``, build the runtime first (while the judge builds
+    its own), then wait for them."""
     """Entry point of the launcher process (spawned by :class:`core.evaluation.judge.LauncherClient`)."""
     from core.evaluation.channel import ChannelClosed, recv_request, send_reply
     from core.evaluation.limits import limit_address_space, rearm_cpu_time
@@ -245,7 +302,13 @@ def launcher_main(sock: Any, spec: dict, settings: dict) -> None:
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True, name="orphan-guard").start()
     limits = dict(spec.get("limits") or {})
     try:
-        server = LauncherServer(spec, settings)
+        runtime, harness = build(spec)
+        if settings is None:
+            try:
+                settings = recv_request(sock)[0]["settings"]
+            except (ChannelClosed, OSError):
+                return  # the judge is gone before it was ready
+        server = LauncherServer(spec, settings, runtime=runtime, harness=harness)
     except BaseException as exc:
         send_reply(sock, {"status": "error", "cause": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
         return
@@ -303,14 +366,14 @@ def _exit_with_parent(parent: int) -> None:
 
 def launcher_entry(argv: list[str]) -> None:
     """``python -m core.evaluation.launcher FD``: the judge's socket is descriptor FD; its first message
-    carries the spec and the judge's settings."""
+    carries the spec (and the judge's settings, or they come in the next one)."""
     import socket
 
     from core.evaluation.channel import recv_request
 
     sock = socket.socket(fileno=int(argv[1]))
     init, _ = recv_request(sock)
-    launcher_main(sock, init["spec"], init["settings"])
+    launcher_main(sock, init["spec"], init.get("settings"))
 
 
 if __name__ == "__main__":  # the module the process runs is imported as itself: one LauncherServer class

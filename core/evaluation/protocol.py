@@ -26,9 +26,10 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from core.backends.base import Artifact, CompileError
+from core.evaluation import batches
 from core.evaluation.harness import Harness
 from core.evaluation.judge import (LauncherClient, LauncherDied, RemoteError, final_state, paired_figures, paired_primary,
-                                   time_baselines, timing_bounds)
+                                   spawn_launcher, time_baselines, timing_bounds)
 from core.evaluation.priority import raise_priority
 from core.evaluation.record import one_line
 from core.evaluation.rooflines import ALLOWANCE, Peaks, measure_peaks, suspect_floor_us
@@ -58,6 +59,8 @@ class Protocol:
 
         from core.evaluation.devices import slot_device
 
+        inline = (spec.get("launcher") or os.environ.get("ABEBOT_LAUNCHER")) == "inline"
+        early = None if inline else spawn_launcher(spec)  # it builds its runtime while the judge builds its own
         self.backend = make_backend(spec["backend"], spec.get("device", 0))
         self.device = slot_device(self.backend.device, int(spec.get("set_size") or 0))
         self.slot = spec.get("slot") or self.device.label()
@@ -80,8 +83,10 @@ class Protocol:
         self.runtime.cache = self.cache
         self.launcher = LauncherClient(spec, {"cache": self.cache, "graph_block": self.runtime.graph_block,
                                               "timing_target_s": self.timing_target_s}, self.harness, self.runtime,
-                                       inline=(spec.get("launcher") or os.environ.get("ABEBOT_LAUNCHER")) == "inline")
+                                       inline=inline, early=early)
         self._pool: list | None = None  # the candidates' timing cases (refilled for each)
+        self.pool = batches.pool_for(self)  # their verification and stability cases (refilled for each)
+        self.memory_reply: dict | None = None
         self._pair: tuple[str, Callable, list] | None = None  # the primary baseline, its fn and timing cases
         self.priority = raise_priority()
         self._cases: tuple[dict, list] | None = None  # every baseline's fn, and the cases they were timed on
@@ -154,6 +159,7 @@ class Protocol:
         seconds: dict[str, float] = {}
         case = None  # set by the stability stage; the memory stage's lambda reads it
         self.harness.repacks.clear()
+        self.memory_reply = None  # (measured with the stability launches)
         stages: list[tuple[str, Callable[[], Any]]] = [
             ("load", lambda: self.launcher.load(artifact)),
             ("verification", lambda: self._verify(rng, result)),
@@ -209,7 +215,7 @@ class Protocol:
         """Inputs and outputs plus the larger of the declared workspace and what one launch was seen
         to allocate (measured in the launcher), plus the weights the template repacked for the kernel.
         Registers and shared memory are on-chip limits, reported apart, not bytes."""
-        r = self.launcher.request("memory", cases=[case], case=case.token.uid)
+        r = self.memory_reply or self.launcher.request("memory", cases=[case], case=case.token.uid)
         # The repacked weights live beside the canonical ones, made before the launch seen here.
         extra = max(int(r["declared"]), int(r["seen"])) + int(r["packed"])
         result.update(extra_bytes=extra, onchip_bytes=int(r["onchip"]), memory_bytes=self.io_bytes + extra)
@@ -224,29 +230,10 @@ class Protocol:
             result["repack_us"] = statistics.median(main) * 1e6
         seconds["repack"] = sum(s for _, s in self.harness.repacks)
 
-    def _launch(self, case: Any, result: dict, status: str, where: str, entry: dict | None = None) -> None:
-        """One launch on ``case`` in the launcher, then the judge's own check of it."""
-        reply = self.launcher.launch(case)
-        if reply.get("packed_modified"):
-            raise Failure(status, one_line(f"input_modified {where}: repacked weight {reply['packed_modified']!r} changed"))
-        self._check(case, result, status, where, entry)
-
     def _verify(self, rng: random.Random, result: dict) -> None:
-        """Every shape once, the main shape twice, each on fresh inputs, then the main shape again in
-        the same buffers with new inputs (a kernel answering by address, from memory, fails there:
-        no timing rotation need ever bring an address back); first failure is the verdict. The worst
-        error on each shape goes into ``result["shape_errors"]``."""
-        result["shape_errors"] = errors = []
-        for i, shape in enumerate(self.shapes):
-            entry = {"shape": dict(shape), "max_abs_err": 0.0, "rel_err": 0.0, "margin_used": 0.0}
-            errors.append(entry)
-            for _ in range(2 if i == 0 else 1):
-                case = self.harness.make_case(shape, rng.getrandbits(31))
-                self._launch(case, result, "wrong_result", f"on {_fmt(shape)}", entry)
-            if i == 0:
-                again = self.harness.refill(case, rng.getrandbits(31))
-                self._launch(again, result, "wrong_result", f"on {_fmt(shape)}, new inputs in the same buffers", entry)
-        result["margin_used"] = max(e["margin_used"] for e in errors)
+        """Every shape once, the main shape twice, then the main shape in the same buffers with new
+        inputs, in two requests; the judge checks every output (:func:`core.evaluation.batches.verify`)."""
+        batches.verify(self, rng, result)
 
     def _check(self, case: Any, result: dict, status: str, where: str, entry: dict | None = None) -> None:
         chk = self.harness.check(case)
@@ -324,31 +311,9 @@ class Protocol:
                                      "the kernel skips work or the timing does not measure it")
 
     def _stability(self, rng: random.Random, result: dict) -> Any:
-        """Repeated launches on one fresh case, each re-poisoned: the share bit-identical to the first
-        (compared on the device; a launch that differs is checked in full, and one out of tolerance
-        makes the kernel ``unstable``). Stability is the mean of that determinism, the steadiness of
-        the timing (1 - IQR / median) and the tolerance left unused on the worst element."""
-        case = self.harness.make_case(self.main, rng.getrandbits(31))
-        n, same, first = self.stability_launches, 0, None
-        for j in range(n):
-            self.harness.reset_outputs(case)
-            reply = self.launcher.launch(case)
-            if reply.get("packed_modified"):
-                raise Failure("unstable", f"input_modified in stability launch {j + 1}/{n}: repacked weight changed")
-            if first is None:
-                self._check(case, result, "unstable", f"in stability launch 1/{n}")
-                first = {t.name: self.arrays.clone(case.data[t.name]) for t in self.harness.written}
-                same += 1
-                continue
-            if all(self.arrays.same_bits(case.data[name], ref) for name, ref in first.items()):
-                same += 1
-            else:
-                self._check(case, result, "unstable", f"in stability launch {j + 1}/{n}")
-        steady = max(0.0, 1.0 - result["time_spread_us"] / result["time_us"]) if result.get("time_us") else 0.0
-        margin = max(0.0, 1.0 - result.get("margin_used", 0.0))
-        result["determinism"], result["steadiness"], result["error_margin"] = same / n, steady, margin
-        result["stability"] = (same / n + steady + margin) / 3
-        return case
+        """Repeated launches on one fresh case, in one request, every one's outputs read back and
+        compared by the judge (:func:`core.evaluation.batches.stability`); returns the case."""
+        return batches.stability(self, rng, result)
 
     # -- timing ----------------------------------------------------------------------------------
     def _timing_cases(self, rng: random.Random) -> list:
@@ -363,7 +328,7 @@ class Protocol:
         self.priority = raise_priority()  # threads a baseline's library started since are reniced too
         if self.peaks is None:  # measured once per sandbox; again only when a candidate beats the floor
             self._measure_floor()
-        cases = self._timing_cases(rng)
+        cases = self.pool.timing_cases("baseline", self.main, self.timing_cases, rng)
         fns = self.harness.baselines()
         entries = time_baselines(self, [name for name in fns if names is None or name in names], cases, rng)
         timed = {n: e for n, e in entries.items() if e.get("time_us") is not None and e.get("verified")}
