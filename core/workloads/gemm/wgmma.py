@@ -59,6 +59,8 @@ GENES = {
         ChoiceGene("persistent", ("persistent", "grid"), "one block per SM walking the tiles, or one block per tile"),
         ChoiceGene("raster", ("row", "column", "grouped"), "order of the tiles (L2 reuse of A's rows or B's columns)"),
         ChoiceGene("cluster_m", (1, 2), "CTAs per cluster along M, sharing B's tile by TMA multicast"),
+        ChoiceGene("split_k", (1, 2, 4, 8), "slices of K per tile, each a work unit; fp32 partials added in slice "
+                   "order by the last slice to finish (deterministic)", legacy=1),
     ),
     "memory_pattern": (
         ChoiceGene("stages", (2, 3, 4, 5, 6), "ring slots of A and B tiles in flight"),
@@ -76,17 +78,17 @@ GENES = {
 
 SEEDS = (
     {"parallel_config": {"block_m": 128, "block_n": 256, "block_k": 64, "consumers": 2, "persistent": "persistent",
-                         "raster": "grouped", "cluster_m": 1},
+                         "raster": "grouped", "cluster_m": 1, "split_k": 1},
      "memory_pattern": {"stages": 4, "swizzle": 128, "epilogue": "direct"},
      "register_allocation": {"reg_split": "40/232"},
      "instruction_sequence": {"inflight": 1, "load_order": "AB"}},
     {"parallel_config": {"block_m": 128, "block_n": 128, "block_k": 64, "consumers": 2, "persistent": "grid",
-                         "raster": "row", "cluster_m": 1},
+                         "raster": "row", "cluster_m": 1, "split_k": 1},
      "memory_pattern": {"stages": 4, "swizzle": 128, "epilogue": "tma"},
      "register_allocation": {"reg_split": "24/240"},
      "instruction_sequence": {"inflight": 0, "load_order": "AB"}},
     {"parallel_config": {"block_m": 64, "block_n": 128, "block_k": 64, "consumers": 1, "persistent": "persistent",
-                         "raster": "column", "cluster_m": 1},
+                         "raster": "column", "cluster_m": 1, "split_k": 1},
      "memory_pattern": {"stages": 6, "swizzle": 128, "epilogue": "direct"},
      "register_allocation": {"reg_split": "none"},
      "instruction_sequence": {"inflight": 1, "load_order": "BA"}},
@@ -120,7 +122,7 @@ class WgmmaGemmTemplate(Template):
         d = derived(genome)
         launch = {"block_m": d["bm"], "block_n": d["bn"], "block_k": d["bk"], "wg_m": d["wg_m"], "threads": d["threads"],
                   "swizzle": d["swizzle"], "dynamic_shared_bytes": d["smem"], "cluster_m": d["cluster_m"],
-                  "persistent": genome.get("parallel_config", "persistent") == "persistent",
+                  "persistent": genome.get("parallel_config", "persistent") == "persistent", "split_k": d["split_k"],
                   "epilogue_tma": genome.get("memory_pattern", "epilogue") == "tma"}
         resources = {"threads": d["threads"], "shared_bytes": d["smem"], "registers": _entry_registers(d["threads"])}
         return KernelSource("cuda", render_source(genome, dtype), ENTRY, FLAGS, launch, resources)
@@ -129,8 +131,10 @@ class WgmmaGemmTemplate(Template):
         return wgmma_launch.bind(kernel, self.problem["dtype"], t, shape, self.device.multiprocessors or 132)
 
     def extra_bytes(self, kernel: Any, artifact: Artifact, shape: dict) -> int:
-        """The padded copies of A and B staged for shapes TMA cannot map in place."""
-        return wgmma_launch.staging_bytes(shape["m"], shape["n"], shape["k"])
+        """The padded copies of A and B staged for shapes TMA cannot map in place, and split-K's
+        workspace (fp32 partials and counters)."""
+        launch = kernel.launch_params if kernel is not None else artifact.launch if artifact is not None else {}
+        return wgmma_launch.extra_bytes(launch, shape["m"], shape["n"], shape["k"])
 
 
 TEMPLATE = WgmmaGemmTemplate
