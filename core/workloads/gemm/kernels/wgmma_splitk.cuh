@@ -67,18 +67,23 @@ static __device__ __forceinline__ bool split_reduce(float (&acc)[MI][BN / 2], fl
                  "selp.u32 %0, 1, 0, p;\n}" : "=r"(last) : "r"(last), "r"(1 + wg) : "memory");
     if (!last) return false;
     fence_gpu();  // the other slices' partials (counted before this one) are read after the count
+    // acc = p0, then acc += p1, ..., p(SPLIT_K-1): the own partial is read back too, so acc is free scratch.
+    // One slice a pass (not unrolled), so the loads in flight are at most one partial's, not SPLIT_K's.
 #pragma unroll
     for (int c = 0; c < ACC_F / 4; ++c) {
+        const F4 p = ld_cg4(base + c * 512);
         const int i = c / (BN / 8), j = (c % (BN / 8)) * 4;
-        F4 p[SPLIT_K];
+        acc[i][j] = p.x; acc[i][j + 1] = p.y; acc[i][j + 2] = p.z; acc[i][j + 3] = p.w;
+    }
+#pragma unroll 1
+    for (int s = 1; s < SPLIT_K; ++s) {
+        const float *part = base + (long long)s * (128 * ACC_F);
 #pragma unroll
-        for (int s = 0; s < SPLIT_K; ++s) p[s] = ld_cg4(base + (long long)s * (128 * ACC_F) + c * 512);
-        F4 sum = p[0];
-#pragma unroll
-        for (int s = 1; s < SPLIT_K; ++s) {
-            sum.x += p[s].x; sum.y += p[s].y; sum.z += p[s].z; sum.w += p[s].w;
+        for (int c = 0; c < ACC_F / 4; ++c) {
+            const F4 p = ld_cg4(part + c * 512);
+            const int i = c / (BN / 8), j = (c % (BN / 8)) * 4;
+            acc[i][j] += p.x; acc[i][j + 1] += p.y; acc[i][j + 2] += p.z; acc[i][j + 3] += p.w;
         }
-        acc[i][j] = sum.x; acc[i][j + 1] = sum.y; acc[i][j + 2] = sum.z; acc[i][j + 3] = sum.w;
     }
     return true;
 }
