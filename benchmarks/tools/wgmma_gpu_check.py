@@ -421,7 +421,7 @@ def parent(out: Path, names: list[str], shapes: list) -> int:
         else:
             d = derived(Genome(CONFIGS[name]))
             say(f"== {name}: {d['bm']}x{d['bn']}x{d['bk']}, {d['consumers']} consumer(s), {d['stages']} stages, "
-                f"swizzle {d['swizzle']}, cluster {d['cluster_m']}, {json.dumps(CONFIGS[name])}")
+                f"swizzle {d['swizzle']}, cluster {d['cluster_m']}, split-K {d['split_k']}, {json.dumps(CONFIGS[name])}")
         results.append(run_child(say, name, out, min(CHILD_LIMIT_S, left), shapes))
     say("\n== summary: speed-up over cuBLAS (torch.matmul), 'ok' where not timed, WRONG, or '-' not run")
     for i, res in enumerate(results):

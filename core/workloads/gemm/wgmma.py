@@ -16,6 +16,11 @@ Design (the kernel text is ``kernels/wgmma.cu``; its header says what each part 
 * a persistent grid (one block per SM, walking tiles in the ``raster`` order) or one block a tile;
 * optionally clusters of two CTAs on vertically adjacent tiles (``cluster_m``): each copies half of
   B's tile and multicasts it to both, and frees a slot on both CTAs' empty barriers;
+* optionally split-K (``split_k`` 2, 4, 8): a tile's k-tiles cut into slices, each a work unit of its
+  own; each slice leaves an fp32 partial in a workspace and counts itself on the tile's counter, and
+  the one that counts last adds the partials in slice order and stores C (``kernels/wgmma_splitk.cuh``:
+  no unit waits for another, and the sum's order is fixed, so the result is the same bits every
+  launch);
 * an epilogue from registers to global memory with guards, or through a swizzled shared tile and
   TMA stores (which clip at the edges); the latter falls back at run time to the former when
   C's rows are not 16-byte aligned (N not a multiple of 8);
@@ -27,14 +32,15 @@ Genes, each changing the rendered source:
 
 * parallel_config -- ``block_m`` (64/128/256), ``block_n`` (64/80/96/128/192/256), ``block_k`` (32/64/128),
   ``consumers`` (1/2 warpgroups), ``persistent`` (persistent grid or one block per tile),
-  ``raster`` (row, column, grouped by 8 tile rows), ``cluster_m`` (1 or 2 CTAs sharing B);
+  ``raster`` (row, column, grouped by 8 tile rows), ``cluster_m`` (1 or 2 CTAs sharing B), ``split_k``
+  (1/2/4/8 slices of K per tile; a genome saved before the gene existed reads as 1);
 * memory_pattern -- ``stages`` (2-6), ``swizzle`` (128/64/32 B: TMA box width and wgmma
   descriptor mode), ``epilogue`` (direct or tma);
 * register_allocation -- ``reg_split`` (setmaxnreg producer/consumer registers, or none);
 * instruction_sequence -- ``inflight`` (wgmma groups left in flight before a slot is freed: 0
   or 1) and ``load_order`` (A's copies before B's or after).
 
-Not built yet (issue 30): clusters along N (multicast of A), split-K / stream-K, swap-AB.
+Not built yet (issue 30): clusters along N (multicast of A), stream-K, swap-AB.
 """
 from __future__ import annotations
 
