@@ -77,6 +77,7 @@ CONFIGS = {
     # split-K: where 64 x 128 or 128 x 128 tiles leave SMs idle (M <= 128 at N = 8192: 64 tiles for 132 SMs)
     "seed2_split2": variant(SEEDS[2], split_k=2),
     "seed2_split4": variant(SEEDS[2], split_k=4),
+    "seed2_split8": variant(SEEDS[2], split_k=8),  # N = 10240: 80 tiles x 8 = 640 units, 4.85 rounds of 132
     "seed1_tma_epilogue_split2": variant(SEEDS[1], split_k=2),
     "seed0_cluster2_split8": variant(SEEDS[0], cluster_m=2, split_k=8),  # the small shapes: slices without k-tiles
 }
