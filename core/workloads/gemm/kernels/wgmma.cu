@@ -24,8 +24,8 @@
  * [s*KT/SPLIT_K, (s+1)*KT/SPLIT_K)), the slices of a tile adjacent in the unit order. Each consumer
  * warpgroup writes its fp32 partial to its slot of the workspace `ws`, in its own fragment order
  * (coalesced 16-byte stores), fences, and counts itself on the tile's counter in `sems`; the
- * warpgroup that counts last adds the SPLIT_K partials in the fixed order 0..SPLIT_K-1 (its own from
- * registers), stores C through the usual epilogue and resets the counter for the next launch. No
+ * warpgroup that counts last adds the SPLIT_K partials in the fixed order 0..SPLIT_K-1 (its own read
+ * back too), stores C through the usual epilogue and resets the counter for the next launch. No
  * unit waits for another (no deadlock whatever the residency), and the sum's order does not depend
  * on which slice finishes last: the result is the same bits on every launch.
  *
