@@ -143,3 +143,18 @@ def test_split_k_configurations_are_checked_on_the_small_shapes_whose_slices_can
     split = {name: Genome(g)["parallel_config"]["split_k"] for name, g in check.CONFIGS.items()}
     assert sorted(v for v in split.values() if v > 1) == [2, 2, 4, 8, 8]
     assert (128, 256, 64) in check.SHAPES  # one k-tile of 64: 7 of 8 slices add zeros
+
+
+def test_the_goal_summary_takes_each_configurations_geomean_and_the_best_per_shape():
+    goal = [(m, n, k) for m in (64, 128, 256) for n, k in check.LLAMA_NK]
+    fast = {"config": "fast", "shapes": [{"m": m, "n": n, "k": k, "ok": True, "speedup_vs_cublas": 2.0} for m, n, k in goal[:6]]
+            + [{"m": 4096, "n": 4096, "k": 4096, "ok": True, "speedup_vs_cublas": 9.0}]}  # not one of the goal's shapes
+    even = {"config": "even", "shapes": [{"m": m, "n": n, "k": k, "ok": True, "speedup_vs_cublas": 1.0} for m, n, k in goal]}
+    wrong = {"config": "wrong", "shapes": [{"m": 64, "n": 8192, "k": 8192, "ok": False}]}
+    out = check.goal_summary([fast, even, wrong])
+    assert out["per_config"]["fast"] == {"geomean": 2.0, "min": 2.0, "shapes": 6}
+    assert out["per_config"]["even"]["geomean"] == 1.0 and "wrong" not in out["per_config"]
+    assert len(out["best"]) == 12 and out["best"]["64x10240x8192"] == {"config": "fast", "speedup": 2.0}
+    assert out["best"]["256x8192x28672"]["config"] == "even"
+    assert any("geomean 1.414x, min 1.000x over 12 of 12 shapes" in line for line in out["lines"])
+    assert any("fast: geomean 2.000x, min 2.000x (6 shapes not timed)" in line for line in out["lines"])

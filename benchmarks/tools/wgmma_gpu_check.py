@@ -402,6 +402,39 @@ def run_child(say, name: str, out: Path, limit: float, shapes: list) -> dict:
     return res
 
 
+def goal_summary(results: list[dict]) -> dict:
+    """Issue 30's small-M goal (the 70B projections at M = 64, 128, 256: geometric mean >= 1.3x
+    cuBLAS, none below 1.0x) for each configuration alone and for the best configuration of each
+    shape (what per-shape champions could reach); shapes a configuration did not time are left out
+    of its figure and named."""
+    goal = [(m, n, k) for m in (64, 128, 256) for n, k in LLAMA_NK]
+    speed: dict[str, dict] = {}
+    for res in results:
+        for x in res.get("shapes", []):
+            if (x["m"], x["n"], x["k"]) in goal and x.get("ok") and "speedup_vs_cublas" in x:
+                speed.setdefault(res["config"], {})[(x["m"], x["n"], x["k"])] = x["speedup_vs_cublas"]
+
+    def figure(values: list[float]) -> str:
+        return f"geomean {math.exp(sum(map(math.log, values)) / len(values)):.3f}x, min {min(values):.3f}x"
+
+    out: dict = {"per_config": {}, "best": {}, "lines": ["== issue 30's goal at M = 64-256 (>= 1.3x geomean, none < 1.0x)"]}
+    for name, by_shape in speed.items():
+        missing = len(goal) - len(by_shape)
+        out["per_config"][name] = {"geomean": math.exp(sum(map(math.log, by_shape.values())) / len(by_shape)),
+                                   "min": min(by_shape.values()), "shapes": len(by_shape)}
+        out["lines"].append(f"  {name}: {figure(list(by_shape.values()))}" + (f" ({missing} shapes not timed)" if missing else ""))
+    for shape in goal:
+        cands = {name: by[shape] for name, by in speed.items() if shape in by}
+        if cands:
+            best = max(cands, key=cands.get)
+            out["best"]["x".join(map(str, shape))] = {"config": best, "speedup": cands[best]}
+    if out["best"]:
+        best = [b["speedup"] for b in out["best"].values()]
+        out["lines"].append(f"  best configuration per shape: {figure(best)} over {len(best)} of {len(goal)} shapes")
+        out["lines"] += [f"    {shape}: {b['speedup']:.3f}x {b['config']}" for shape, b in out["best"].items()]
+    return out
+
+
 def parent(out: Path, names: list[str], shapes: list) -> int:
     out.mkdir(parents=True, exist_ok=True)
     say = Tee(out / "wgmma_gpu_check.log")
@@ -435,7 +468,10 @@ def parent(out: Path, names: list[str], shapes: list) -> int:
             cells.append("-" if s is None else "WRONG" if not s["ok"] else
                          f"{s['speedup_vs_cublas']:.2f}x" if "speedup_vs_cublas" in s else "ok")
         say("x".join(map(str, shape)).ljust(18) + "".join(c.rjust(8) for c in cells))
-    (out / "wgmma_gpu_check.json").write_text(json.dumps({"shapes": shapes, "results": results}, indent=1))
+    goal = goal_summary(results)
+    for line in goal["lines"]:
+        say(line)
+    (out / "wgmma_gpu_check.json").write_text(json.dumps({"shapes": shapes, "results": results, "goal": goal}, indent=1))
     say(f"wrote {out / 'wgmma_gpu_check.json'} and {out / 'wgmma_gpu_check.log'} in {time.monotonic() - t0:.0f} s")
     return 0 if all(r.get("status") == "ok" for r in results) else 1
 
