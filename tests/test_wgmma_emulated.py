@@ -59,18 +59,23 @@ def fragment(bn: int) -> tuple[np.ndarray, np.ndarray]:
 
 def run_tile(g: Genome, a: np.ndarray, b: np.ndarray, m0: int, n0: int, epilogue: str) -> np.ndarray:
     """C's BM x BN tile at (m0, n0) as the kernel computes and stores it (NaN where it writes nothing)."""
+    return store_tile(g, accumulate(g, a, b, m0, n0, range(-(-a.shape[1] // derived(g)["bk"]))), m0, n0,
+                      a.shape[0], b.shape[1], epilogue)
+
+
+def accumulate(g: Genome, a: np.ndarray, b: np.ndarray, m0: int, n0: int, kts: range) -> np.ndarray:
+    """The consumers' accumulators (consumer, mi, thread, register) after k-tiles ``kts`` of the tile
+    at (m0, n0): the producer's TMA copies into the ring, the wgmma operands read back through the
+    kernel's descriptors (zeros when ``kts`` is empty: a split-K slice without k-tiles)."""
     d = derived(g)
     bm, bn, bk, s, swe, wg_m = d["bm"], d["bn"], d["bk"], d["swizzle"], d["sw_e"], d["wg_m"]
     stages, a_stage_b, b_stage_b = d["stages"], d["a_stage"], d["b_stage"]
-    m, k = a.shape
-    n = b.shape[1]
     sa, sb = 0, stages * a_stage_b
     sc = sb + stages * b_stage_b
     smem = Smem(sc + d["c_bytes"] + 1024)
-    kt_count = -(-k // bk)
     acc = np.zeros((d["consumers"], d["mi"], 128, bn // 2))
     rows, cols = fragment(bn)
-    for kt in range(kt_count):
+    for kt in kts:
         st = kt % stages
         for j in range(bk // swe):  # the producer's loads ({{loads}} in wgmma_source._LOADS)
             smem.tma_load(sa + st * a_stage_b + j * d["a_box"], a, kt * bk + j * swe, m0, bm, swe, s)
@@ -87,6 +92,14 @@ def run_tile(g: Genome, a: np.ndarray, b: np.ndarray, m0: int, n0: int, epilogue
                 for mi in range(d["mi"]):
                     prod = smem.a_operand(a_k + mi * 64 * s, 8 * s, s) @ bop  # 64 x bn
                     acc[wg, mi] += prod[rows, cols]
+    return acc
+
+
+def store_tile(g: Genome, acc: np.ndarray, m0: int, n0: int, m: int, n: int, epilogue: str) -> np.ndarray:
+    """The tile as the epilogue (``direct`` or ``tma``) stores accumulators ``acc`` into an M x N C."""
+    d = derived(g)
+    bm, bn, wg_m = d["bm"], d["bn"], d["wg_m"]
+    rows, cols = fragment(bn)
     out = np.full((bm, bn), np.nan)
     for wg in range(d["consumers"]):
         for mi in range(d["mi"]):
@@ -159,3 +172,99 @@ def test_the_emulation_notices_a_wrong_stride_byte_offset():
     swapped = smem.b_operand(0, 8 * 128, d["b_box"], 128, 128)  # LBO and SBO exchanged
     np.testing.assert_allclose(right, b[:16, :128])
     assert not np.allclose(swapped, b[:16, :128])
+
+
+# ---- split-K: slices of K, partials through the workspace, the last slice adds them ----------------
+
+class SplitTile:
+    """One tile's split-K protocol as kernels/wgmma_splitk.cuh runs it: each slice's consumer
+    warpgroups store their fp32 partials into the workspace at the kernel's offsets, count on the
+    tile's counter, and the warpgroup that counts last reads the partials back in slice order."""
+
+    def __init__(self, g: Genome, tile_slot: int, tiles: int):
+        d = derived(g)
+        self.g, self.d, self.sk, self.tile_slot = g, d, d["split_k"], tile_slot
+        self.acc_f = d["mi"] * d["bn"] // 2
+        self.ws = np.full(tiles * d["consumers"] * self.sk * 128 * self.acc_f, np.nan, dtype=np.float32)
+        self.sems = np.zeros(tiles * d["consumers"], dtype=np.int64)
+
+    def offsets(self, slot: int, ks: int) -> np.ndarray:
+        """floats of chunk c of thread t's partial: (thread, register) -> workspace index."""
+        t, r = np.meshgrid(np.arange(128), np.arange(self.acc_f), indexing="ij")
+        c = r // 4  # chunk c holds registers 4c..4c+3 of the flat acc[MI][BN/2]
+        return (slot * self.sk + ks) * (128 * self.acc_f) + (c * 128 + t) * 4 + r % 4
+
+    def finish(self, acc: np.ndarray, ks: int) -> np.ndarray | None:
+        """Slice ``ks`` leaves its accumulators ``acc`` (consumer, mi, thread, register); the sum of
+        every slice when it counted last (None otherwise)."""
+        out = np.empty_like(acc, dtype=np.float32)
+        last = []
+        for wg in range(self.d["consumers"]):
+            slot = self.tile_slot * self.d["consumers"] + wg
+            flat = acc[wg].astype(np.float32).transpose(1, 0, 2).reshape(128, self.acc_f)  # thread, mi * BN/2 + j
+            self.ws[self.offsets(slot, ks)] = flat
+            before, self.sems[slot] = self.sems[slot], self.sems[slot] + 1
+            last.append(before == self.sk - 1)
+            if last[-1]:
+                self.sems[slot] = 0
+                total = self.ws[self.offsets(slot, 0)].copy()
+                for s in range(1, self.sk):
+                    total += self.ws[self.offsets(slot, s)]
+                out[wg] = total.reshape(128, self.d["mi"], -1).transpose(1, 0, 2)
+        assert len(set(last)) == 1  # the warpgroups of a CTA finish together in this emulation
+        return out if last[0] else None
+
+
+def slices(kt_count: int, sk: int) -> list[range]:
+    """The k-tiles of each slice: [s * KT / SPLIT_K, (s + 1) * KT / SPLIT_K), as TILE_ORIGIN has them."""
+    return [range(s * kt_count // sk, (s + 1) * kt_count // sk) for s in range(sk)]
+
+
+def test_slices_cover_every_k_tile_once_and_differ_by_one_at_most():
+    for kt_count in (1, 3, 8, 17, 448):
+        for sk in (1, 2, 4, 8):
+            parts = slices(kt_count, sk)
+            assert [kt for r in parts for kt in r] == list(range(kt_count))
+            assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+SPLIT_CASES = [
+    dict(split_k=2),
+    dict(split_k=4, block_m=64, block_n=128, consumers=1, epilogue="tma", stages=4),
+    dict(split_k=8, block_n=128, block_k=64, cluster_m=2),  # 3 k-tiles for 8 slices: 5 add zeros
+    dict(split_k=4, block_m=256, block_n=64, consumers=2, swizzle=64, block_k=128, stages=2, epilogue="tma"),
+]
+
+
+@pytest.mark.parametrize("changes", SPLIT_CASES, ids=[",".join(f"{k}={v}" for k, v in c.items()) for c in SPLIT_CASES])
+def test_split_k_partials_added_by_the_last_slice_give_a_times_b_in_any_finishing_order(changes):
+    g = genome(**changes)
+    assert violation(g, "bfloat16") is None
+    d = derived(g)
+    rng = np.random.default_rng(2)
+    m, n, k = d["bm"] + 37, d["bn"] + 29, 2 * d["bk"] + 13
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    epilogue = g["memory_pattern"]["epilogue"]
+    kt_count = -(-k // d["bk"])
+    for m0, n0 in ((0, 0), (d["bm"], d["bn"])):
+        tile_slot = (m0 // d["bm"]) * 2 + n0 // d["bn"]
+        partials = [accumulate(g, a, b, m0, n0, r) for r in slices(kt_count, d["split_k"])]
+        results = []
+        for order in (range(d["split_k"]), reversed(range(d["split_k"])), rng.permutation(d["split_k"])):
+            tile = SplitTile(g, tile_slot, 4)
+            sums = [tile.finish(partials[ks], int(ks)) for ks in order]
+            assert [s is not None for s in sums] == [False] * (d["split_k"] - 1) + [True]  # one adds, the last
+            assert not tile.sems.any()  # the counters are back at zero for the next launch
+            results.append(store_tile(g, sums[-1], m0, n0, m, n, epilogue))
+        want = (a @ b)[m0:m0 + d["bm"], n0:n0 + d["bn"]]
+        np.testing.assert_allclose(results[0][:want.shape[0], :want.shape[1]], want, rtol=1e-4, atol=1e-4)
+        assert np.isnan(results[0][want.shape[0]:, :]).all() and np.isnan(results[0][:, want.shape[1]:]).all()
+        for other in results[1:]:  # the same bits whichever slice finished last
+            np.testing.assert_array_equal(other, results[0])
+
+
+def test_the_workspace_slots_of_a_tile_do_not_overlap_and_fill_the_workspace():
+    g = genome(split_k=4, block_m=256, block_n=64, consumers=2, swizzle=64, block_k=128, stages=2)
+    tile = SplitTile(g, 0, 3)
+    seen = np.concatenate([tile.offsets(slot, ks).ravel() for slot in range(3 * 2) for ks in range(4)])
+    assert len(np.unique(seen)) == len(seen) == len(tile.ws)

@@ -69,14 +69,22 @@ def test_an_unknown_configuration_is_refused_with_exit_status_2(capsys, tmp_path
 
 
 class _Matmul:
-    """A stand-in template whose kernel is torch.matmul (right) or that writes one row too few."""
+    """A stand-in template whose kernel is torch.matmul (right), that writes one row too few, that
+    writes nothing on its second launch (split-K counters not reset) or that rounds differently on it."""
 
-    def __init__(self, short: bool = False):
-        self.short = short
+    def __init__(self, short: bool = False, once: bool = False, wobble: bool = False):
+        self.short, self.once, self.wobble = short, once, wobble
 
     def bind(self, kernel, t, shape):
+        calls = []
+
         def launch():
+            calls.append(1)
+            if self.once and len(calls) > 1:
+                return
             out = t["a"].float() @ t["b"].float()
+            if self.wobble and len(calls) > 1:
+                out[0, 0] += 0.02 * out[0, 0].abs() + 0.01  # other bits
             rows = shape["m"] - 1 if self.short else shape["m"]
             t["c"][:rows].copy_(out[:rows].to(torch.bfloat16))
         return launch
@@ -119,3 +127,34 @@ def test_the_tma_probe_kernel_compiles_for_sm_90a(tmp_path):
     res = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-o",
                           str(tmp_path / "probe.cubin"), str(src)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+
+
+def test_a_second_launch_must_write_the_same_bits_again(monkeypatch):
+    monkeypatch.setattr(check, "DEVICE", "cpu")
+    lines = []
+    assert check.run_shape(lines.append, _Matmul(), None, (40, 24, 72), 60 << 20)["repeat_identical"]
+    res = check.run_shape(lines.append, _Matmul(once=True), None, (40, 24, 72), 60 << 20)
+    assert not res["ok"] and res["unwritten_on_repeat"] == 40 * 24 and "counters" in res["hint"]
+    res = check.run_shape(lines.append, _Matmul(wobble=True), None, (40, 24, 72), 60 << 20)
+    assert not res["ok"] and res["repeat_differs"] >= 1 and res["unwritten_on_repeat"] == 0
+
+
+def test_split_k_configurations_are_checked_on_the_small_shapes_whose_slices_can_be_empty():
+    split = {name: Genome(g)["parallel_config"]["split_k"] for name, g in check.CONFIGS.items()}
+    assert sorted(v for v in split.values() if v > 1) == [2, 2, 4, 8, 8]
+    assert (128, 256, 64) in check.SHAPES  # one k-tile of 64: 7 of 8 slices add zeros
+
+
+def test_the_goal_summary_takes_each_configurations_geomean_and_the_best_per_shape():
+    goal = [(m, n, k) for m in (64, 128, 256) for n, k in check.LLAMA_NK]
+    fast = {"config": "fast", "shapes": [{"m": m, "n": n, "k": k, "ok": True, "speedup_vs_cublas": 2.0} for m, n, k in goal[:6]]
+            + [{"m": 4096, "n": 4096, "k": 4096, "ok": True, "speedup_vs_cublas": 9.0}]}  # not one of the goal's shapes
+    even = {"config": "even", "shapes": [{"m": m, "n": n, "k": k, "ok": True, "speedup_vs_cublas": 1.0} for m, n, k in goal]}
+    wrong = {"config": "wrong", "shapes": [{"m": 64, "n": 8192, "k": 8192, "ok": False}]}
+    out = check.goal_summary([fast, even, wrong])
+    assert out["per_config"]["fast"] == {"geomean": 2.0, "min": 2.0, "shapes": 6}
+    assert out["per_config"]["even"]["geomean"] == 1.0 and "wrong" not in out["per_config"]
+    assert len(out["best"]) == 12 and out["best"]["64x10240x8192"] == {"config": "fast", "speedup": 2.0}
+    assert out["best"]["256x8192x28672"]["config"] == "even"
+    assert any("geomean 1.414x, min 1.000x over 12 of 12 shapes" in line for line in out["lines"])
+    assert any("fast: geomean 2.000x, min 2.000x (6 shapes not timed)" in line for line in out["lines"])

@@ -162,13 +162,27 @@ def test_float32_is_refused_by_the_rules_too():
 
 # ---- the tensor-map arguments ----------------------------------------------------------------------
 
+def kernel_params(src: str) -> list[str]:
+    """The entry's parameters, SPLIT_PARAMS expanded as the preprocessor would for the rendered SPLIT_K
+    (the kernel defines it twice: under ``#if SPLIT_K > 1``, then empty under ``#else``)."""
+    signature = re.search(r"abebot_wgmma_gemm\(([^)]*)\)", src).group(1)
+    split, plain = re.findall(r"^#define SPLIT_PARAMS(.*)$", src, re.M)
+    signature = signature.replace("SPLIT_PARAMS", split if defines(src)["SPLIT_K"] > 1 else plain)
+    return [" ".join(p.split()) for p in signature.split(",")]
+
+
 def test_the_kernel_takes_three_by_value_tensor_maps_then_c_and_the_sizes():
     src = render_source(genome(), "bfloat16")
     assert "struct __align__(64) TmaMap { unsigned long long v[16]; };" in src
-    signature = re.search(r"abebot_wgmma_gemm\(([^)]*)\)", src).group(1)
-    params = [" ".join(p.split()) for p in signature.split(",")]
-    assert params == ["const __grid_constant__ TmaMap tmA", "const __grid_constant__ TmaMap tmB",
-                      "const __grid_constant__ TmaMap tmC", "T *__restrict__ C", "int M", "int N", "int K", "int c_tma"]
+    assert kernel_params(src) == ["const __grid_constant__ TmaMap tmA", "const __grid_constant__ TmaMap tmB",
+                                  "const __grid_constant__ TmaMap tmC", "T *__restrict__ C", "int M", "int N", "int K",
+                                  "int c_tma"]
+
+
+def test_a_split_k_kernel_takes_the_workspace_and_the_counters_after_the_sizes():
+    src = render_source(genome(split_k=4), "bfloat16")
+    assert defines(src)["SPLIT_K"] == 4 and "split_reduce(" in src
+    assert kernel_params(src)[-3:] == ["int c_tma", "float *__restrict__ ws", "int *__restrict__ sems"]
 
 
 def test_packed_launch_arguments_keep_each_value_at_its_own_size():
@@ -227,6 +241,54 @@ def test_a_persistent_grid_has_one_block_per_sm_at_most():
     assert template().extra_bytes(None, None, {"m": 4095, "n": 4097, "k": 1023}) > 0
 
 
+# ---- split-K ----------------------------------------------------------------------------------------
+
+def test_a_genome_saved_before_split_k_loads_with_one_slice_and_renders_the_same_kernel():
+    space = template().gene_space()
+    old = {group: {k: v for k, v in genes.items() if k != "split_k"} for group, genes in SEEDS[2].items()}
+    assert "split_k" not in old["parallel_config"]
+    g = space.from_json(old)
+    assert g["parallel_config"]["split_k"] == 1 and g == space.from_json(SEEDS[2])
+    src = render_source(g, "bfloat16")
+    assert defines(src)["SPLIT_K"] == 1 and "int *__restrict__ sems" not in " ".join(kernel_params(src))
+
+
+def test_split_k_multiplies_the_work_units_and_sizes_the_workspace():
+    t = template()
+    lp = t.render(genome(block_m=64, block_n=128, consumers=1, reg_split="none", split_k=4)).launch
+    assert lp["split_k"] == 4
+    p = wgmma_launch.plan(lp, 64, 8192, 8192, 132)
+    assert (p.tiles, p.units, p.grid) == (64, 256, 132)  # 64 tiles of 64 x 128 fill 132 SMs only split
+    assert p.workspace == 4 * 64 * 4 * 64 * 128 and p.counters == 64
+    one = wgmma_launch.plan(t.render(genome(block_m=64, block_n=128, consumers=1, reg_split="none")).launch,
+                            64, 8192, 8192, 132)
+    assert (one.units, one.grid, one.workspace, one.counters) == (64, 64, 0, 0)
+    grid = t.render(genome(persistent="grid", split_k=2, cluster_m=2)).launch  # 128 x 256 tiles, two consumers
+    q = wgmma_launch.plan(grid, 3 * 128 + 1, 512, 1024, 132)
+    assert q.tiles == 8 and q.units == 16 and q.grid == 16 and q.counters == 8 * 2
+    assert q.workspace == 4 * 8 * 2 * 128 * 256
+    assert t.extra_bytes(None, None, {"m": 64, "n": 8192, "k": 8192}) == 0
+    assert wgmma_launch.extra_bytes(lp, 64, 8192, 8192) == p.workspace + 4 * p.counters
+
+
+def test_the_workspace_holds_one_partial_of_every_consumer_thread_per_tile_and_slice():
+    for g in random_genomes(200, seed=5):
+        d = derived(g)
+        lp = template().render(g).launch
+        ws, counters = wgmma_launch.split_workspace(lp, 1000, 3000)
+        tiles = -(-1000 // (d["bm"] * d["cluster_m"])) * d["cluster_m"] * -(-3000 // d["bn"])
+        acc_f = d["mi"] * d["bn"] // 2  # the kernel's ACC_F: a slot is 128 threads x ACC_F floats
+        assert acc_f % 4 == 0  # whole 16-byte chunks
+        if d["split_k"] == 1:
+            assert (ws, counters) == (0, 0)
+        else:
+            assert ws == 4 * tiles * d["consumers"] * d["split_k"] * 128 * acc_f and counters == tiles * d["consumers"]
+
+
+def test_split_k_keeps_the_shared_memory_of_its_tile():
+    assert derived(genome(split_k=8))["smem"] == derived(genome())["smem"]
+
+
 # ---- the arch option -------------------------------------------------------------------------------
 
 def test_the_kernel_names_sm_90a_and_replaces_the_device_arch_option():
@@ -241,7 +303,9 @@ def test_the_kernel_names_sm_90a_and_replaces_the_device_arch_option():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_seed_and_random_sources_compile_for_sm_90a_without_spills(tmp_path):
     space = template().gene_space()
-    genomes = space.seed_genomes() + random_genomes(3, seed=11)
+    split = [space.canonical(genome(split_k=8, reg_split="none", inflight=0)),  # 168 registers, 128 accumulators
+             space.canonical(genome(block_m=64, block_n=128, consumers=1, split_k=4, epilogue="tma", stages=4))]
+    genomes = space.seed_genomes() + split + random_genomes(3, seed=11)
     for i, g in enumerate(genomes):
         dtype = "float16" if i == len(genomes) - 1 else "bfloat16"
         path = tmp_path / f"k{i}.cu"

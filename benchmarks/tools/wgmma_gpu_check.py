@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """On one H200: the wgmma GEMM template (core/workloads/gemm/wgmma.py) compiled, checked and timed.
 
-    python3 benchmarks/tools/wgmma_gpu_check.py --out /tmp/wgmma_check        # about 3 minutes
+    python3 benchmarks/tools/wgmma_gpu_check.py --out /tmp/wgmma_check        # about 2-3 minutes
 
 First the TMA probe (benchmarks/tools/wgmma_tma_probe.py: tensor maps, by-value launch, one box
 per swizzle copied into shared memory and read back, no wgmma), then each configuration in CONFIGS
@@ -15,7 +15,9 @@ or a sticky CUDA error ends that configuration only):
    projections at M = 64, 128, 256): launch once on fresh N(0, K^-1/2)-scaled bf16 inputs into an
    output poisoned with NaN inside NaN guard zones, compare with the fp32 product
    (a.float() @ b.float()) at the gemm workload's bf16 tolerance, and on a failure print the first
-   wrong element, how many are wrong or unwritten and where they lie;
+   wrong element, how many are wrong or unwritten and where they lie; then poison C again, launch a
+   second time and require the same bits (split-K adds its partials in a fixed order, and its
+   counters must be back at zero for the second launch);
 3. time the kernel and torch.matmul (cuBLAS) by CUDA graph replay over enough copies of A, B and C
    that each launch finds its operands out of the 60 MB L2, interleaved, median and spread.
 
@@ -45,7 +47,7 @@ from core.workloads.gemm.wgmma_source import derived, violation  # noqa: E402
 PROBE = "tma_probe"  # benchmarks/tools/wgmma_tma_probe.py: the copies alone, run first
 
 SIMPLE = {"parallel_config": {"block_m": 128, "block_n": 128, "block_k": 64, "consumers": 2, "persistent": "grid",
-                              "raster": "row", "cluster_m": 1},
+                              "raster": "row", "cluster_m": 1, "split_k": 1},
           "memory_pattern": {"stages": 4, "swizzle": 128, "epilogue": "direct"},
           "register_allocation": {"reg_split": "none"},
           "instruction_sequence": {"inflight": 0, "load_order": "AB"}}
@@ -72,6 +74,12 @@ CONFIGS = {
     "64x80x64_swizzle32": variant(SIMPLE, block_m=64, block_n=80, consumers=1, swizzle=32, stages=6,
                                   persistent="persistent", raster="column"),  # N = 10240 in 128 tiles
     "seed0_cluster2_multicast": variant(SEEDS[0], cluster_m=2),
+    # split-K: where 64 x 128 or 128 x 128 tiles leave SMs idle (M <= 128 at N = 8192: 64 tiles for 132 SMs)
+    "seed2_split2": variant(SEEDS[2], split_k=2),
+    "seed2_split4": variant(SEEDS[2], split_k=4),
+    "seed2_split8": variant(SEEDS[2], split_k=8),  # N = 10240: 80 tiles x 8 = 640 units, 4.85 rounds of 132
+    "seed1_tma_epilogue_split2": variant(SEEDS[1], split_k=2),
+    "seed0_cluster2_split8": variant(SEEDS[0], cluster_m=2, split_k=8),  # the small shapes: slices without k-tiles
 }
 LLAMA_NK = ((10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672))
 SHAPES = ([(128, 256, 64), (200, 300, 100), (4096, 4096, 4096), (4095, 4097, 1023)]
@@ -217,19 +225,23 @@ def run_shape(say, template, kernel, shape: tuple[int, int, int], l2_bytes: int)
     c = buf[GUARD:GUARD + m * n].view(m, n)
     dims = {"m": m, "n": n, "k": k}
     t0 = time.perf_counter()
-    template.bind(kernel, {"a": a, "b": b, "c": c}, dims)()
+    launch = template.bind(kernel, {"a": a, "b": b, "c": c}, dims)  # one workspace and counters for both launches
+    launch()
     if DEVICE == "cuda":
         torch.cuda.synchronize()  # a CUDA error of the launch surfaces here
     ref = a.float() @ b.float()
     res.update(check_output(c, ref, TOLERANCE["bfloat16"], buf, m, n))
     res["cublas_max_abs_err"] = float((torch.matmul(a, b).float() - ref).abs().max())
     del ref
+    if res["ok"]:
+        res.update(repeat(launch, c))
     verdict = "ok" if res["ok"] else "WRONG"
     say(f"  {m}x{n}x{k}: {verdict} (max |err| {res['max_abs_err']:.3g}, cuBLAS bf16 {res['cublas_max_abs_err']:.3g})"
         f" in {time.perf_counter() - t0:.1f} s")
     if not res["ok"]:
         say("    " + json.dumps({k2: res[k2] for k2 in res if k2 in ("first_mismatch", "wrong", "unwritten", "wrong_rows",
-                                                                    "wrong_cols", "guards_ok", "hint")}))
+                                                                    "wrong_cols", "guards_ok", "hint", "repeat_differs",
+                                                                    "unwritten_on_repeat")}))
         if "map_16x16" in res:
             say("    wrong elements in the top-left 256 x 256, 16 x 16 blocks ('.' none, '+' some, '#' all):")
             say("\n".join("      " + line for line in res["map_16x16"]))
@@ -257,6 +269,25 @@ def run_shape(say, template, kernel, shape: tuple[int, int, int], l2_bytes: int)
     say(f"    kernel {res['kernel']['median_us']:.1f} us (IQR {100 * res['kernel']['iqr_over_median']:.1f}%), "
         f"cuBLAS {res['cublas']['median_us']:.1f} us: {res['speedup_vs_cublas']:.3f}x, {res['kernel_tflops']:.0f} TFLOP/s")
     return res
+
+
+def repeat(launch, c) -> dict:
+    """A second launch into C poisoned again with NaN: whether it wrote the same bits as the first."""
+    import torch
+
+    first = c.clone()
+    c.fill_(float("nan"))
+    launch()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    same = bool(torch.equal(c, first))
+    out = {"repeat_identical": same}
+    if not same:
+        diff = ~((c == first) | (torch.isnan(c) & torch.isnan(first)))
+        out.update(ok=False, repeat_differs=int(diff.sum()), unwritten_on_repeat=int(torch.isnan(c).sum()),
+                   hint="a second launch gave other bits: a reduction in no fixed order, or split-K counters "
+                        "not back at zero (then C is left unwritten)")
+    return out
 
 
 def _event_time(mine: list, theirs: list) -> tuple[list[float], list[float]]:
@@ -371,6 +402,39 @@ def run_child(say, name: str, out: Path, limit: float, shapes: list) -> dict:
     return res
 
 
+def goal_summary(results: list[dict]) -> dict:
+    """Issue 30's small-M goal (the 70B projections at M = 64, 128, 256: geometric mean >= 1.3x
+    cuBLAS, none below 1.0x) for each configuration alone and for the best configuration of each
+    shape (what per-shape champions could reach); shapes a configuration did not time are left out
+    of its figure and named."""
+    goal = [(m, n, k) for m in (64, 128, 256) for n, k in LLAMA_NK]
+    speed: dict[str, dict] = {}
+    for res in results:
+        for x in res.get("shapes", []):
+            if (x["m"], x["n"], x["k"]) in goal and x.get("ok") and "speedup_vs_cublas" in x:
+                speed.setdefault(res["config"], {})[(x["m"], x["n"], x["k"])] = x["speedup_vs_cublas"]
+
+    def figure(values: list[float]) -> str:
+        return f"geomean {math.exp(sum(map(math.log, values)) / len(values)):.3f}x, min {min(values):.3f}x"
+
+    out: dict = {"per_config": {}, "best": {}, "lines": ["== issue 30's goal at M = 64-256 (>= 1.3x geomean, none < 1.0x)"]}
+    for name, by_shape in speed.items():
+        missing = len(goal) - len(by_shape)
+        out["per_config"][name] = {"geomean": math.exp(sum(map(math.log, by_shape.values())) / len(by_shape)),
+                                   "min": min(by_shape.values()), "shapes": len(by_shape)}
+        out["lines"].append(f"  {name}: {figure(list(by_shape.values()))}" + (f" ({missing} shapes not timed)" if missing else ""))
+    for shape in goal:
+        cands = {name: by[shape] for name, by in speed.items() if shape in by}
+        if cands:
+            best = max(cands, key=cands.get)
+            out["best"]["x".join(map(str, shape))] = {"config": best, "speedup": cands[best]}
+    if out["best"]:
+        best = [b["speedup"] for b in out["best"].values()]
+        out["lines"].append(f"  best configuration per shape: {figure(best)} over {len(best)} of {len(goal)} shapes")
+        out["lines"] += [f"    {shape}: {b['speedup']:.3f}x {b['config']}" for shape, b in out["best"].items()]
+    return out
+
+
 def parent(out: Path, names: list[str], shapes: list) -> int:
     out.mkdir(parents=True, exist_ok=True)
     say = Tee(out / "wgmma_gpu_check.log")
@@ -391,7 +455,7 @@ def parent(out: Path, names: list[str], shapes: list) -> int:
         else:
             d = derived(Genome(CONFIGS[name]))
             say(f"== {name}: {d['bm']}x{d['bn']}x{d['bk']}, {d['consumers']} consumer(s), {d['stages']} stages, "
-                f"swizzle {d['swizzle']}, cluster {d['cluster_m']}, {json.dumps(CONFIGS[name])}")
+                f"swizzle {d['swizzle']}, cluster {d['cluster_m']}, split-K {d['split_k']}, {json.dumps(CONFIGS[name])}")
         results.append(run_child(say, name, out, min(CHILD_LIMIT_S, left), shapes))
     say("\n== summary: speed-up over cuBLAS (torch.matmul), 'ok' where not timed, WRONG, or '-' not run")
     for i, res in enumerate(results):
@@ -404,7 +468,10 @@ def parent(out: Path, names: list[str], shapes: list) -> int:
             cells.append("-" if s is None else "WRONG" if not s["ok"] else
                          f"{s['speedup_vs_cublas']:.2f}x" if "speedup_vs_cublas" in s else "ok")
         say("x".join(map(str, shape)).ljust(18) + "".join(c.rjust(8) for c in cells))
-    (out / "wgmma_gpu_check.json").write_text(json.dumps({"shapes": shapes, "results": results}, indent=1))
+    goal = goal_summary(results)
+    for line in goal["lines"]:
+        say(line)
+    (out / "wgmma_gpu_check.json").write_text(json.dumps({"shapes": shapes, "results": results, "goal": goal}, indent=1))
     say(f"wrote {out / 'wgmma_gpu_check.json'} and {out / 'wgmma_gpu_check.log'} in {time.monotonic() - t0:.0f} s")
     return 0 if all(r.get("status") == "ok" for r in results) else 1
 

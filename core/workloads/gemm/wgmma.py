@@ -16,6 +16,11 @@ Design (the kernel text is ``kernels/wgmma.cu``; its header says what each part 
 * a persistent grid (one block per SM, walking tiles in the ``raster`` order) or one block a tile;
 * optionally clusters of two CTAs on vertically adjacent tiles (``cluster_m``): each copies half of
   B's tile and multicasts it to both, and frees a slot on both CTAs' empty barriers;
+* optionally split-K (``split_k`` 2, 4, 8): a tile's k-tiles cut into slices, each a work unit of its
+  own; each slice leaves an fp32 partial in a workspace and counts itself on the tile's counter, and
+  the one that counts last adds the partials in slice order and stores C (``kernels/wgmma_splitk.cuh``:
+  no unit waits for another, and the sum's order is fixed, so the result is the same bits every
+  launch);
 * an epilogue from registers to global memory with guards, or through a swizzled shared tile and
   TMA stores (which clip at the edges); the latter falls back at run time to the former when
   C's rows are not 16-byte aligned (N not a multiple of 8);
@@ -27,14 +32,15 @@ Genes, each changing the rendered source:
 
 * parallel_config -- ``block_m`` (64/128/256), ``block_n`` (64/80/96/128/192/256), ``block_k`` (32/64/128),
   ``consumers`` (1/2 warpgroups), ``persistent`` (persistent grid or one block per tile),
-  ``raster`` (row, column, grouped by 8 tile rows), ``cluster_m`` (1 or 2 CTAs sharing B);
+  ``raster`` (row, column, grouped by 8 tile rows), ``cluster_m`` (1 or 2 CTAs sharing B), ``split_k``
+  (1/2/4/8 slices of K per tile; a genome saved before the gene existed reads as 1);
 * memory_pattern -- ``stages`` (2-6), ``swizzle`` (128/64/32 B: TMA box width and wgmma
   descriptor mode), ``epilogue`` (direct or tma);
 * register_allocation -- ``reg_split`` (setmaxnreg producer/consumer registers, or none);
 * instruction_sequence -- ``inflight`` (wgmma groups left in flight before a slot is freed: 0
   or 1) and ``load_order`` (A's copies before B's or after).
 
-Not built yet (issue 30): clusters along N (multicast of A), split-K / stream-K, swap-AB.
+Not built yet (issue 30): clusters along N (multicast of A), stream-K, swap-AB.
 """
 from __future__ import annotations
 
@@ -59,6 +65,8 @@ GENES = {
         ChoiceGene("persistent", ("persistent", "grid"), "one block per SM walking the tiles, or one block per tile"),
         ChoiceGene("raster", ("row", "column", "grouped"), "order of the tiles (L2 reuse of A's rows or B's columns)"),
         ChoiceGene("cluster_m", (1, 2), "CTAs per cluster along M, sharing B's tile by TMA multicast"),
+        ChoiceGene("split_k", (1, 2, 4, 8), "slices of K per tile, each a work unit; fp32 partials added in slice "
+                   "order by the last slice to finish (deterministic)", legacy=1),
     ),
     "memory_pattern": (
         ChoiceGene("stages", (2, 3, 4, 5, 6), "ring slots of A and B tiles in flight"),
@@ -76,17 +84,17 @@ GENES = {
 
 SEEDS = (
     {"parallel_config": {"block_m": 128, "block_n": 256, "block_k": 64, "consumers": 2, "persistent": "persistent",
-                         "raster": "grouped", "cluster_m": 1},
+                         "raster": "grouped", "cluster_m": 1, "split_k": 1},
      "memory_pattern": {"stages": 4, "swizzle": 128, "epilogue": "direct"},
      "register_allocation": {"reg_split": "40/232"},
      "instruction_sequence": {"inflight": 1, "load_order": "AB"}},
     {"parallel_config": {"block_m": 128, "block_n": 128, "block_k": 64, "consumers": 2, "persistent": "grid",
-                         "raster": "row", "cluster_m": 1},
+                         "raster": "row", "cluster_m": 1, "split_k": 1},
      "memory_pattern": {"stages": 4, "swizzle": 128, "epilogue": "tma"},
      "register_allocation": {"reg_split": "24/240"},
      "instruction_sequence": {"inflight": 0, "load_order": "AB"}},
     {"parallel_config": {"block_m": 64, "block_n": 128, "block_k": 64, "consumers": 1, "persistent": "persistent",
-                         "raster": "column", "cluster_m": 1},
+                         "raster": "column", "cluster_m": 1, "split_k": 1},
      "memory_pattern": {"stages": 6, "swizzle": 128, "epilogue": "direct"},
      "register_allocation": {"reg_split": "none"},
      "instruction_sequence": {"inflight": 1, "load_order": "BA"}},
@@ -120,7 +128,7 @@ class WgmmaGemmTemplate(Template):
         d = derived(genome)
         launch = {"block_m": d["bm"], "block_n": d["bn"], "block_k": d["bk"], "wg_m": d["wg_m"], "threads": d["threads"],
                   "swizzle": d["swizzle"], "dynamic_shared_bytes": d["smem"], "cluster_m": d["cluster_m"],
-                  "persistent": genome.get("parallel_config", "persistent") == "persistent",
+                  "persistent": genome.get("parallel_config", "persistent") == "persistent", "split_k": d["split_k"],
                   "epilogue_tma": genome.get("memory_pattern", "epilogue") == "tma"}
         resources = {"threads": d["threads"], "shared_bytes": d["smem"], "registers": _entry_registers(d["threads"])}
         return KernelSource("cuda", render_source(genome, dtype), ENTRY, FLAGS, launch, resources)
@@ -129,8 +137,10 @@ class WgmmaGemmTemplate(Template):
         return wgmma_launch.bind(kernel, self.problem["dtype"], t, shape, self.device.multiprocessors or 132)
 
     def extra_bytes(self, kernel: Any, artifact: Artifact, shape: dict) -> int:
-        """The padded copies of A and B staged for shapes TMA cannot map in place."""
-        return wgmma_launch.staging_bytes(shape["m"], shape["n"], shape["k"])
+        """The padded copies of A and B staged for shapes TMA cannot map in place, and split-K's
+        workspace (fp32 partials and counters)."""
+        launch = kernel.launch_params if kernel is not None else artifact.launch if artifact is not None else {}
+        return wgmma_launch.extra_bytes(launch, shape["m"], shape["n"], shape["k"])
 
 
 TEMPLATE = WgmmaGemmTemplate

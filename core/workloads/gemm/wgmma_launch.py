@@ -6,8 +6,10 @@ a multiple of 8 (bf16), cannot be mapped in place: :func:`operand` then stages i
 launch, into a buffer whose rows are padded to 8 elements (the map still says K or N columns, so
 the padding is never read: TMA zero-fills past the edge). C is written by the TMA store only
 when its rows are aligned too; otherwise ``c_tma`` is 0 and the kernel stores from registers
-with guards. Nothing here runs without a GPU except :func:`plan` (pure arithmetic), which the
-tests check.
+with guards. With split-K (``split_k`` > 1) each launch also gets a workspace of fp32 partials
+and a zeroed counter per (tile, consumer warpgroup), allocated once per :func:`bind` (the kernel
+sets each counter back to zero, so a later launch finds them ready). Nothing here runs without a
+GPU except :func:`plan` and :func:`split_workspace` (pure arithmetic), which the tests check.
 """
 from __future__ import annotations
 
@@ -21,13 +23,18 @@ ELT = 2  # bytes of a bf16 / fp16 element
 
 @dataclass(frozen=True)
 class Plan:
-    """How one launch of a (M, N, K) product is laid out: staged operands, the C path, the grid."""
+    """How one launch of a (M, N, K) product is laid out: staged operands, the C path, the grid;
+    ``units`` is ``tiles`` x ``split_k`` (a tile's slices of K), ``workspace`` the bytes of split-K's
+    fp32 partials and ``counters`` its int32 counters (both 0 without split-K)."""
 
     stage_a: bool
     stage_b: bool
     c_tma: bool
     grid: int
     tiles: int
+    units: int = 0
+    workspace: int = 0
+    counters: int = 0
 
 
 def pitch_ok(cols: int) -> bool:
@@ -40,12 +47,33 @@ def plan(launch: dict, m: int, n: int, k: int, multiprocessors: int, c_aligned: 
     ``multiprocessors`` SMs (``c_aligned``: C's base address is 16-byte aligned). With clusters of
     ``cluster_m`` CTAs along M the grid is a whole number of clusters, and a cluster at the bottom
     edge may hold a CTA whose tile lies past M (it loads zeros and stores nothing)."""
-    cl = launch.get("cluster_m", 1)
+    cl, sk = launch.get("cluster_m", 1), launch.get("split_k", 1)
     pairs = -(-m // (launch["block_m"] * cl)) * -(-n // launch["block_n"])  # cluster tiles: cl tile rows each
     tiles = pairs * cl
-    grid = min(pairs, max(1, multiprocessors // cl)) * cl if launch["persistent"] else tiles
+    grid = min(pairs * sk, max(1, multiprocessors // cl)) * cl if launch["persistent"] else tiles * sk
     c_tma = bool(launch["epilogue_tma"]) and pitch_ok(n) and c_aligned
-    return Plan(stage_a=not pitch_ok(k), stage_b=not pitch_ok(n), c_tma=c_tma, grid=grid, tiles=tiles)
+    ws, counters = split_workspace(launch, m, n)
+    return Plan(stage_a=not pitch_ok(k), stage_b=not pitch_ok(n), c_tma=c_tma, grid=grid, tiles=tiles,
+                units=tiles * sk, workspace=ws, counters=counters)
+
+
+def split_workspace(launch: dict, m: int, n: int) -> tuple[int, int]:
+    """(bytes of fp32 partials, int32 counters) a split-K launch needs, (0, 0) without split-K: a
+    partial of every consumer warpgroup's rows of every CTA tile for each of the ``split_k``
+    slices (BM x BN floats a tile and slice), and one counter per tile and consumer warpgroup."""
+    sk = launch.get("split_k", 1)
+    if sk < 2:
+        return 0, 0
+    cl = launch.get("cluster_m", 1)
+    tiles = -(-m // (launch["block_m"] * cl)) * cl * -(-n // launch["block_n"])
+    consumers = launch["block_m"] // launch["wg_m"]
+    return 4 * tiles * sk * launch["block_m"] * launch["block_n"], tiles * consumers
+
+
+def extra_bytes(launch: dict, m: int, n: int, k: int) -> int:
+    """Device memory a launch uses beyond A, B and C: staged operands and split-K's workspace."""
+    ws, counters = split_workspace(launch, m, n)
+    return staging_bytes(m, n, k) + ws + 4 * counters
 
 
 def staging_bytes(m: int, n: int, k: int) -> int:
@@ -91,12 +119,20 @@ def bind(kernel: Any, dtype: str, t: dict, shape: dict, multiprocessors: int) ->
         raise ValueError(f"the wgmma kernel writes a contiguous C (strides ({n}, 1)), got {tuple(t['c'].stride())}")
     tms, copies, c_tma = maps(lp, dtype, t["a"], t["b"], t["c"], m, n, k)
     layout = plan(lp, m, n, k, multiprocessors)
-    go = kernel.bind((layout.grid, 1, 1), (lp["threads"], 1, 1), (*tms, t["c"], m, n, k, int(c_tma)),
-                     lp["dynamic_shared_bytes"])
-    if not copies:
+    args: tuple = (*tms, t["c"], m, n, k, int(c_tma))
+    keep: tuple = ()
+    if layout.counters:  # split-K: fp32 partials and counters that start at zero (the kernel resets them)
+        import torch
+
+        keep = (torch.empty(layout.workspace // 4, dtype=torch.float32, device=t["c"].device),
+                torch.zeros(layout.counters, dtype=torch.int32, device=t["c"].device))
+        args += keep
+    go = kernel.bind((layout.grid, 1, 1), (lp["threads"], 1, 1), args, lp["dynamic_shared_bytes"])
+    if not copies and not keep:
         return go
 
     def launch() -> None:
+        _alive = keep  # noqa: F841 -- the workspace lives as long as the launch (bind keeps only its address)
         for copy in copies:
             copy()
         go()

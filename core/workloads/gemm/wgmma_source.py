@@ -30,7 +30,8 @@ def derived(g) -> dict:
     p, m = g["parallel_config"], g["memory_pattern"]
     bm, bn, bk, cons, sw = p["block_m"], p["block_n"], p["block_k"], p["consumers"], m["swizzle"]
     d = {"bm": bm, "bn": bn, "bk": bk, "consumers": cons, "swizzle": sw, "sw_e": sw // 2,
-         "wg_m": bm // cons, "threads": 128 * (cons + 1), "stages": m["stages"], "cluster_m": p["cluster_m"]}
+         "wg_m": bm // cons, "threads": 128 * (cons + 1), "stages": m["stages"], "cluster_m": p["cluster_m"],
+         "split_k": p.get("split_k", 1)}
     d["mi"] = max(1, d["wg_m"] // 64)
     d["acc"] = d["mi"] * bn // 2
     d["a_box"], d["b_box"] = bm * sw, bk * sw  # bytes of one TMA box of A (BM rows) and of B (BK rows)
@@ -117,7 +118,8 @@ def _defines(g, d: dict) -> str:
         "EPI_TMA": g["memory_pattern"]["epilogue"] == "tma", "PERSISTENT": p["persistent"] == "persistent",
         "RASTER": RASTERS[p["raster"]], "GROUP_M": GROUP_M, "REG_SPLIT": split is not None,
         "PRODUCER_REGS": split[0] if split else 0, "CONSUMER_REGS": split[1] if split else 0,
-        "INFLIGHT": i["inflight"], "CLUSTER_M": d["cluster_m"], "B_SLICE": d["bk"] // d["cluster_m"] * d["swizzle"]})
+        "INFLIGHT": i["inflight"], "CLUSTER_M": d["cluster_m"], "B_SLICE": d["bk"] // d["cluster_m"] * d["swizzle"],
+        "SPLIT_K": d["split_k"]})
 
 
 def render_source(g, dtype: str) -> str:

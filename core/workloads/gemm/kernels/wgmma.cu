@@ -20,6 +20,15 @@
  * writes into both. A cluster barrier opens the kernel (both CTAs' barriers exist before any remote
  * arrival) and closes it (no CTA exits while its peer may still arrive on its barriers).
  *
+ * Split-K (SPLIT_K > 1): a work unit is one tile and one of SPLIT_K slices of its k-tiles (slice s:
+ * [s*KT/SPLIT_K, (s+1)*KT/SPLIT_K)), the slices of a tile adjacent in the unit order. Each consumer
+ * warpgroup writes its fp32 partial to its slot of the workspace `ws`, in its own fragment order
+ * (coalesced 16-byte stores), fences, and counts itself on the tile's counter in `sems`; the
+ * warpgroup that counts last adds the SPLIT_K partials in the fixed order 0..SPLIT_K-1 (its own read
+ * back too), stores C through the usual epilogue and resets the counter for the next launch. No
+ * unit waits for another (no deadlock whatever the residency), and the sum's order does not depend
+ * on which slice finishes last: the result is the same bits on every launch.
+ *
  * Shared memory (1024-byte aligned): STAGES x [A tile | B tile], the C staging tile (EPI_TMA),
  * then the full and empty barriers. A tile: BK/SW_E boxes of BM rows x SW_E elements; B tile:
  * BN/SW_E boxes of BK rows x SW_E elements (SW_E = SWIZZLE/2 elements per swizzled row), each
@@ -28,7 +37,7 @@
  * Rendered behind `typedef unsigned short T;` and the genome's #defines: BM, BN, BK, CONSUMERS,
  * WG_M, MI, THREADS, STAGES, SWIZZLE, SW_E, SWZ_MODE, A_BOX, B_BOX, A_STAGE, B_STAGE,
  * STAGE_TX, C_BYTES, EPI_TMA, PERSISTENT, RASTER, GROUP_M, REG_SPLIT, PRODUCER_REGS,
- * CONSUMER_REGS, INFLIGHT, CLUSTER_M, B_SLICE.
+ * CONSUMER_REGS, INFLIGHT, CLUSTER_M, B_SLICE, SPLIT_K.
  * Slots:
  *   {{wgmma}}    the m64nBNk16 wgmma wrapper (its accumulator list is written out per BN)
  *   {{cvt}}      the two-float pack: cvt.rn.bf16x2.f32 or cvt.rn.f16x2.f32
@@ -144,14 +153,21 @@ static __device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles
 #endif
 }
 
-// `tiles` counts cluster tiles (CLUSTER_M tile rows x 1 tile column); a cluster's CTAs walk the same ones
+// `tiles` counts work units: cluster tiles (CLUSTER_M tile rows x 1 tile column) x SPLIT_K slices of K;
+// a cluster's CTAs walk the same ones
 #if PERSISTENT
 #define TILE_LOOP for (int t = blockIdx.x / CLUSTER_M; t < tiles; t += gridDim.x / CLUSTER_M)
 #else
 #define TILE_LOOP for (int t = blockIdx.x / CLUSTER_M; t < tiles; t = tiles)
 #endif
-// the origin of this CTA's tile within cluster tile t (tiles_m counts cluster rows)
-#define TILE_ORIGIN(t) int m0, n0; tile_origin(t, tiles_m, tiles_n, m0, n0); m0 = m0 * CLUSTER_M + (int)crank * BM
+// the origin of this CTA's tile within cluster tile t (tiles_m counts cluster rows), and its k-tiles [kt0, kt1)
+#if SPLIT_K > 1
+#define TILE_ORIGIN(u) int m0, n0; tile_origin((u) / SPLIT_K, tiles_m, tiles_n, m0, n0); \
+    m0 = m0 * CLUSTER_M + (int)crank * BM; const int ks = (u) % SPLIT_K, kt0 = ks * KT / SPLIT_K, kt1 = (ks + 1) * KT / SPLIT_K
+#else
+#define TILE_ORIGIN(t) int m0, n0; tile_origin(t, tiles_m, tiles_n, m0, n0); m0 = m0 * CLUSTER_M + (int)crank * BM; \
+    const int kt0 = 0, kt1 = KT
+#endif
 
 static __device__ __forceinline__ void produce(const TmaMap *tmA, const TmaMap *tmB, unsigned sA, unsigned sB,
                                                unsigned full, unsigned empty, int tiles, int tiles_m, int tiles_n, int KT) {
@@ -159,7 +175,7 @@ static __device__ __forceinline__ void produce(const TmaMap *tmA, const TmaMap *
     int it = 0;
     TILE_LOOP {
         TILE_ORIGIN(t);
-        for (int kt = 0; kt < KT; ++kt, ++it) {
+        for (int kt = kt0; kt < kt1; ++kt, ++it) {
             const int s = it % STAGES;
             const unsigned ph = (it / STAGES) & 1, bar = full + 8 * s;
             mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts its previous phase as done
@@ -234,9 +250,18 @@ static __device__ __forceinline__ void store_tma(const TmaMap *tmC, unsigned sC,
 }
 #endif
 
+#if SPLIT_K > 1
+#include "wgmma_splitk.cuh"
+#define SPLIT_PARAMS , float *__restrict__ ws, int *__restrict__ sems
+#define SPLIT_ARGS , ws, sems
+#else
+#define SPLIT_PARAMS
+#define SPLIT_ARGS
+#endif
+
 static __device__ __forceinline__ void consume(const TmaMap *tmC, T *C, unsigned sA, unsigned sB, unsigned sC,
                                                unsigned full, unsigned empty, int tiles, int tiles_m, int tiles_n,
-                                               int KT, int M, int N, int c_tma) {
+                                               int KT, int M, int N, int c_tma SPLIT_PARAMS) {
     const int wg = (threadIdx.x >> 7) - 1;
     const unsigned crank = cluster_rank();
     float acc[MI][BN / 2];
@@ -247,7 +272,10 @@ static __device__ __forceinline__ void consume(const TmaMap *tmC, T *C, unsigned
     int it = 0;
     TILE_LOOP {
         TILE_ORIGIN(t);
-        for (int kt = 0; kt < KT; ++kt, ++it) {
+#if SPLIT_K > 1
+        if (kt1 == kt0) zero_acc(acc);  // a slice without k-tiles (KT < SPLIT_K) adds zeros
+#endif
+        for (int kt = kt0; kt < kt1; ++kt, ++it) {
             const int s = it % STAGES;
             mbar_wait(full + 8 * s, (it / STAGES) & 1);
             const unsigned a_stage = sA + s * A_STAGE + wg * WG_M * SWIZZLE, b_stage = sB + s * B_STAGE;
@@ -261,19 +289,30 @@ static __device__ __forceinline__ void consume(const TmaMap *tmC, T *C, unsigned
                 const unsigned long long db = make_desc(b_stage + kk * 16 * SWIZZLE, B_BOX, 8 * SWIZZLE);
 #pragma unroll
                 for (int mi = 0; mi < MI; ++mi)
-                    wgmma_m64(acc[mi], make_desc(a_k + mi * 64 * SWIZZLE, 16, 8 * SWIZZLE), db, (kt | kk) != 0);
+                    wgmma_m64(acc[mi], make_desc(a_k + mi * 64 * SWIZZLE, 16, 8 * SWIZZLE), db, ((kt - kt0) | kk) != 0);
             }
             wgmma_commit();
             wgmma_wait<INFLIGHT>();
             fence_acc(acc);
-            if (kt >= INFLIGHT) release(empty + 8 * ((it - INFLIGHT) % STAGES));
+            if (kt - kt0 >= INFLIGHT) release(empty + 8 * ((it - INFLIGHT) % STAGES));
         }
 #if INFLIGHT
+#if SPLIT_K > 1
+        if (kt1 > kt0) {
+#endif
         wgmma_wait<0>();
         fence_acc(acc);
         release(empty + 8 * ((it - 1) % STAGES));
+#if SPLIT_K > 1
+        }
+#endif
 #endif
         const int row0 = m0 + wg * WG_M;
+#if SPLIT_K > 1
+        // rows past M: nothing to store, nothing to add; otherwise only the last slice to count goes on
+        if (row0 >= M || !split_reduce(acc, ws, sems, ((t / SPLIT_K) * CLUSTER_M + (int)crank) * CONSUMERS + wg, ks, wg))
+            continue;
+#endif
 #if EPI_TMA
         if (c_tma) store_tma(tmC, sC + wg * (WG_M * BN * 2), acc, row0, n0, wg);
         else store_direct(C, acc, row0, n0, M, N);
@@ -291,12 +330,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 __cluster_dims__(CLUSTER_M, 1, 1)
 #endif
 abebot_wgmma_gemm(const __grid_constant__ TmaMap tmA, const __grid_constant__ TmaMap tmB,
-                  const __grid_constant__ TmaMap tmC, T *__restrict__ C, int M, int N, int K, int c_tma) {
+                  const __grid_constant__ TmaMap tmC, T *__restrict__ C, int M, int N, int K, int c_tma SPLIT_PARAMS) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned sA = base, sB = sA + STAGES * A_STAGE, sC = sB + STAGES * B_STAGE;
     const unsigned full = sC + C_BYTES, empty = full + 8 * STAGES;
-    const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M), tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+    const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M), tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n * SPLIT_K;
     const int KT = (K + BK - 1) / BK;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -321,7 +360,7 @@ abebot_wgmma_gemm(const __grid_constant__ TmaMap tmA, const __grid_constant__ Tm
 #if REG_SPLIT
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CONSUMER_REGS));
 #endif
-        consume(&tmC, C, sA, sB, sC, full, empty, tiles, tiles_m, tiles_n, KT, M, N, c_tma);
+        consume(&tmC, C, sA, sB, sC, full, empty, tiles, tiles_m, tiles_n, KT, M, N, c_tma SPLIT_ARGS);
     }
 #if CLUSTER_M > 1
     cluster_sync();  // every thread: no CTA leaves while its peer may still arrive on its barriers
