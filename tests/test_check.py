@@ -201,6 +201,14 @@ def test_a_kernel_that_memoises_by_address_is_rejected(checkers, workload):
     assert r["status"] == "wrong_result", verdict(r)
 
 
+def test_a_kernel_that_memoises_only_its_last_call_by_address_is_rejected(checkers):
+    """One memo slot, the last call's (the H200 suite's memo_by_address): the launch on new inputs in the
+    same buffers must follow the launch on those buffers, with no other case between (call 71: batched
+    verification launched the other shapes in between, and the cheat was ``ok``)."""
+    r = cheat(checkers("rmsnorm"), "rmsnorm_memo_last_address")
+    assert r["status"] == "wrong_result" and "new inputs in the same buffers" in r["cause"], verdict(r)
+
+
 def test_a_kernel_that_memoises_by_a_fingerprint_of_its_inputs_is_rejected(gemm):
     r = cheat(gemm, "gemm_memo_by_fingerprint")
     assert r["status"] == "wrong_result", verdict(r)
