@@ -571,6 +571,9 @@ def test_slow_baselines_are_timed_only_in_full_timings(tmp_path):
         def call(self, request, slot=None, timeout_s=None):
             return self._answer(request)
 
+        def call_retrying(self, request, slot=None, timeout_s=None, log=None):
+            return self._answer(request)
+
         def _answer(self, request):
             asked.append(request.get("names"))
             times = {"fast": 10.0, "close": 14.0, "slow": 100.0}

@@ -117,7 +117,7 @@ def _with_machine_code_space(gene_space: Callable) -> Callable:
     @functools.wraps(gene_space)
     def wrapped(self: Template) -> GeneSpace:
         space = gene_space(self)
-        if not self.machine_code or "machine_code" in space.groups or _ptx_backend(self) is None:
+        if not getattr(self, "machine_code", False) or "machine_code" in space.groups or _ptx_backend(self) is None:
             return space
         return dataclasses.replace(space, groups={**space.groups, "machine_code": (machine_code_gene(),)})
     return wrapped
