@@ -205,7 +205,7 @@ def test_a_kernel_that_memoises_only_its_last_call_by_address_is_rejected(checke
     """One memo slot, the last call's (the H200 suite's memo_by_address): the launch on new inputs in the
     same buffers must follow the launch on those buffers, with no other case between (call 71: batched
     verification launched the other shapes in between, and the cheat was ``ok``)."""
-    r = cheat(checkers("rmsnorm"), "rmsnorm_memo_last_address")
+    r = cheat(checkers("rmsnorm"), "rmsnorm_memo_by_address", SLOTS=1)
     assert r["status"] == "wrong_result" and "new inputs in the same buffers" in r["cause"], verdict(r)
 
 

@@ -2,7 +2,9 @@
 #include <math.h>
 #include <string.h>
 
+#ifndef SLOTS  /* 1: memoise the last call only, as the H200 suite's memo_by_address */
 #define SLOTS 16
+#endif
 #define CAP (96 * 1024)
 
 static struct { const float *x, *w; float *out; int rows, cols; } key[SLOTS];
