@@ -73,3 +73,19 @@ def test_a_second_signal_while_the_stopped_status_is_saved_is_harmless(worker, m
     monkeypatch.setattr(worker.writer, "set_status", set_status)
     assert worker.run() == 130
     assert read_json(worker.run_dir / "heartbeat.json")["status"] == "stopped"
+
+
+def test_two_runs_of_one_name_in_one_process_each_write_their_own_worker_log(tmp_path):
+    """The worker's logger was per run name: a second run called ``r1`` (another runs folder; a test
+    worker process running several tests) wrote into the first one's worker.log and left its own
+    missing (tests/test_disk_full_pause.py failed so in CI, by test order)."""
+    from core.run.worker import _log_to
+
+    first, second = tmp_path / "a" / "r1", tmp_path / "b" / "r1"
+    first.mkdir(parents=True)
+    second.mkdir(parents=True)
+    _log_to(first, None)("into the first")
+    _log_to(second, None)("into the second")
+    assert "into the first" in (first / "worker.log").read_text()
+    assert "into the second" in (second / "worker.log").read_text()
+    assert "into the second" not in (first / "worker.log").read_text()

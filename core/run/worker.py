@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import hashlib
 import logging
 import os
 import random
@@ -43,11 +44,14 @@ class Interrupted(Exception):
 
 
 def _log_to(run_dir: Path, echo: Callable[[str], None] | None) -> Callable[[str], None]:
-    logger = logging.getLogger(f"abebot.run.{run_dir.name}")
+    # One logger per run folder, not per run name: two runs of one name in one process (two runs folders,
+    # a test suite's workers) must each write their own worker.log.
+    path = (run_dir / "worker.log").resolve()
+    logger = logging.getLogger(f"abebot.run.{run_dir.name}.{hashlib.sha256(str(path).encode()).hexdigest()[:12]}")
     logger.setLevel(logging.INFO)
     logger.propagate = False
     if not logger.handlers:
-        handler = logging.FileHandler(run_dir / "worker.log")
+        handler = logging.FileHandler(path)
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
         logger.addHandler(handler)
 
