@@ -148,7 +148,18 @@ def nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bytes, st
     from core.backends.ptx import carry, nvrtc as edited
     if carry.carried(source):
         return edited.compile_edited(source, name, options, carry.carried(source))
-    return edited.nvrtc_output(source, name, options, "CUBIN")
+    from cupy.cuda import nvrtc
+
+    prog = nvrtc.createProgram(source, name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError as exc:
+            log = nvrtc.getProgramLog(prog)
+            raise CompileError((log or str(exc))[-8000:]) from None
+        return nvrtc.getCUBIN(prog), nvrtc.getProgramLog(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
 
 
 # ---- arch-specific targets (sm_90a: wgmma, setmaxnreg) ---------------------------------------------

@@ -19,9 +19,8 @@ _ARCH = re.compile(r"^--gpu-architecture=(?:sm|compute)_(\w+)$|^-arch=(?:sm|comp
 _PTX_VERSION = re.compile(r"Unsupported \.version (\d+\.\d+); current version is '(\d+\.\d+)'")
 
 
-def nvrtc_output(source: str, name: str, options: list[str], output: str) -> tuple[bytes, str]:
-    """(NVRTC's ``output``, "PTX" or "CUBIN", as bytes; the log) through CuPy's NVRTC binding;
-    CompileError with the log on failure."""
+def nvrtc_ptx(source: str, name: str, options: list[str]) -> tuple[str, str]:
+    """(PTX text, NVRTC log) through CuPy's NVRTC binding; CompileError with the log on failure."""
     from cupy.cuda import nvrtc
 
     prog = nvrtc.createProgram(source, name, [], [])
@@ -31,15 +30,10 @@ def nvrtc_output(source: str, name: str, options: list[str], output: str) -> tup
         except nvrtc.NVRTCError as exc:
             log = nvrtc.getProgramLog(prog)
             raise CompileError((log or str(exc))[-8000:]) from None
-        return getattr(nvrtc, f"get{output}")(prog), nvrtc.getProgramLog(prog)
+        ptx = nvrtc.getPTX(prog)
+        return (ptx.decode() if isinstance(ptx, bytes) else ptx).rstrip("\0"), nvrtc.getProgramLog(prog)
     finally:
         nvrtc.destroyProgram(prog)
-
-
-def nvrtc_ptx(source: str, name: str, options: list[str]) -> tuple[str, str]:
-    """(PTX text, NVRTC log) through CuPy's NVRTC binding; CompileError with the log on failure."""
-    ptx, log = nvrtc_output(source, name, options, "PTX")
-    return (ptx.decode() if isinstance(ptx, bytes) else ptx).rstrip("\0"), log
 
 
 def split_arch(options: list[str]) -> tuple[str, list[str], tuple[str, ...]]:
